@@ -1,0 +1,65 @@
+# rl-sandbox: `make run` starts the whole service locally, `make test` runs every test.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON_VERSION ?= 3.12
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+STAMP := $(VENV)/.installed
+DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
+# uv keeps a package cache (~/.cache/uv), so a reinstall on the same machine is seconds,
+# even with the several-GB PyTorch wheel of the `rl` extra.
+EXTRAS ?= dev,rl
+
+.PHONY: help setup system-packages run test test-fast lint format bench loadtest deploy-check clean
+
+help:
+	@echo "make run    - set up and run the service locally (API on http://127.0.0.1:8000)"
+	@echo "make test   - set up and run the full test suite"
+	@echo "make lint   - ruff and mypy"
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	@set -e; \
+	if [ ! -x $(PY) ]; then \
+	  PYBIN=$$(scripts/find-python.sh $(PYTHON_VERSION)); \
+	  echo "creating $(VENV) with $$PYBIN"; \
+	  $$PYBIN -m venv $(VENV); \
+	fi; \
+	[ -x $(UV) ] || $(PY) -m pip install -q uv; \
+	$(UV) pip install -q --python $(PY) -e '.[$(EXTRAS)]'; \
+	scripts/make-runtime-traversable.sh $(PY); \
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/rl-sandbox up
+
+test: setup
+	$(VENV)/bin/pytest
+
+test-fast: setup
+	$(VENV)/bin/pytest -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache reports

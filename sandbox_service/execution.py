@@ -1,0 +1,86 @@
+"""The typed values that flow from a request to a result inside the service.
+
+ExecutionSpec (what to run, with which limits) -> jail -> ExecutionResult (what happened).
+Pure data: no I/O, no pydantic; the HTTP edge converts from and to the wire models.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Status(enum.StrEnum):
+    """Outcome of one execution, as named by the API spec."""
+
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    KILLED = "killed"
+    QUEUE_TIMEOUT = "queue_timeout"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-execution limits, all enforced from outside the program."""
+
+    timeout_s: float = 10.0
+    """Wall-clock limit."""
+    memory_mb: int = 1024
+    """Memory of the whole process tree (cgroup)."""
+    cpu_time_s: float | None = None
+    """CPU seconds per process (RLIMIT_CPU); None: derived from the wall-clock limit."""
+    max_processes: int = 64
+    """Processes and threads of the tree (cgroup pids)."""
+    max_output_bytes: int = 65536
+    """Cap for stdout and for stderr, each; the excess is read and discarded."""
+    max_file_size_mb: int = 64
+    """Largest single file the program may write (RLIMIT_FSIZE)."""
+    max_open_files: int = 256
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+
+    def effective_cpu_time_s(self) -> int:
+        """CPU budget per process in whole seconds (RLIMIT_CPU granularity)."""
+        if self.cpu_time_s is not None:
+            return max(1, int(self.cpu_time_s + 0.999))
+        return max(1, int(self.timeout_s + 1.999))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionSpec:
+    """One program to run: code, standard input, input files and limits."""
+
+    code: str
+    stdin: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Relative path -> content, written into the working directory before the run."""
+    fetch_files: tuple[str, ...] = ()
+    """Relative paths returned after the run if they exist."""
+    limits: Limits = field(default_factory=Limits)
+    execution_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    """What happened to one execution, in the fields of the API's ExecuteResult."""
+
+    status: Status
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    wall_time: float = 0.0
+    cpu_time: float = 0.0
+    peak_memory_mb: float | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    execution_id: str = ""
+    queue_time: float = 0.0
+
+    @classmethod
+    def failure(cls, status: Status, message: str, execution_id: str = "") -> ExecutionResult:
+        """A result for work that never ran (queue_timeout) or whose infrastructure failed."""
+        return cls(status=status, stderr=message, execution_id=execution_id)

@@ -1,0 +1,100 @@
+"""Server settings: one Settings object built at start-up and passed down (env prefix RL_SANDBOX_)."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ExecutorMode = Literal["warm", "cold"]
+
+
+class Settings(BaseSettings):
+    """Every server setting, with its default; set any of them as RL_SANDBOX_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="RL_SANDBOX_", extra="forbid", frozen=True)
+
+    # --- request limits (API spec) ---
+    max_code_bytes: int = Field(262144, ge=1)
+    """Largest accepted `code`, in bytes."""
+    max_timeout: float = Field(60.0, gt=0)
+    """Largest accepted `timeout`, in seconds."""
+    max_memory_mb: int = Field(8192, ge=16)
+    """Largest accepted `memory_mb`."""
+    max_output_bytes: int = Field(65536, ge=1)
+    """Cap on stdout and on stderr of each execution; the excess is discarded and flagged."""
+    max_batch: int = Field(1024, ge=1)
+    """Most requests in one /execute/batch."""
+    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    """Largest total size of the input `files` of one request (decoded)."""
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest accepted HTTP body; larger bodies get 413."""
+    api_key: str | None = None
+    """When set, every endpoint but /healthz requires `Authorization: Bearer <api_key>`."""
+
+    # --- queue and admission ---
+    redis_url: str | None = None
+    """Redis to use; unset: `rl-sandbox up` starts a private redis-server."""
+    queue_name: str = "rl-sandbox"
+    """Name of the RQ queue (and prefix of this service's Redis keys)."""
+    max_queue_depth: int = Field(20000, ge=1)
+    """Admission bound: requests that would push the queue past it get 429."""
+    queue_deadline_s: float = Field(60.0, gt=0)
+    """Work not started this long after admission is answered `queue_timeout`, never run."""
+    result_ttl_s: int = Field(300, ge=1)
+    """How long results stay in Redis."""
+    retry_after_s: int = Field(1, ge=1)
+    """Retry-After sent with 429."""
+
+    # --- workers and the jail ---
+    workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    """Worker processes per host, each owning one executor slot."""
+    executor_mode: ExecutorMode = "warm"
+    """`warm`: fork from a preloaded jailed zygote; `cold`: a fresh nsjail per execution."""
+    zygote_max_runs: int = Field(1000, ge=1)
+    """A warm zygote is recycled after this many executions (and after any anomaly)."""
+    default_max_processes: int = Field(64, ge=1)
+    """Processes and threads one execution may have (cgroup pids)."""
+    max_file_size_mb: int = Field(64, ge=1)
+    """Largest file one execution may write."""
+    workdir_size_mb: int = Field(256, ge=1)
+    """Size of the private writable working directory (tmpfs)."""
+    tmp_size_mb: int = Field(256, ge=1)
+    """Size of the private /tmp (tmpfs)."""
+    max_open_files: int = Field(256, ge=16)
+    """Open file descriptors per process."""
+    sandbox_uid_base: int = Field(62000, ge=1000)
+    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root)."""
+    cgroup_parent: str = "rl-sandbox"
+    """cgroup (v1) directory, under each controller's root, that holds the slots' cgroups."""
+    jail_python: str | None = None
+    """Interpreter run inside the jail; default: the one running the worker."""
+
+    # --- sessions ---
+    session_ttl_s: int = Field(1800, ge=1)
+    """Idle sessions expire after this long."""
+    max_sessions_per_worker: int = Field(16, ge=1)
+    """Live sessions one worker holds; the least recently used is evicted past it."""
+
+    # --- HTTP server ---
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    """On SIGTERM, how long in-flight work may take to finish."""
+
+    @model_validator(mode="after")
+    def _deadlines_nest(self) -> Settings:
+        # Timeouts nest: program limit < job timeout < API wait (queue deadline + run) < client.
+        if self.queue_deadline_s <= 0 or self.max_timeout <= 0:
+            raise ValueError("queue_deadline_s and max_timeout must be positive")
+        return self
+
+    def job_timeout_s(self, program_timeout_s: float) -> float:
+        """How long a worker may hold one job: the program's limit plus jail start and teardown."""
+        return program_timeout_s + 15.0
+
+    def api_wait_s(self, program_timeout_s: float) -> float:
+        """How long the API waits for a result before answering sandbox_error."""
+        return self.queue_deadline_s + self.job_timeout_s(program_timeout_s) + 5.0
