@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ExecutorMode = Literal["warm", "cold"]
@@ -14,7 +14,9 @@ ExecutorMode = Literal["warm", "cold"]
 class Settings(BaseSettings):
     """Every server setting, with its default; set any of them as RL_SANDBOX_<NAME>."""
 
-    model_config = SettingsConfigDict(env_prefix="RL_SANDBOX_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="RL_SANDBOX_", extra="forbid", frozen=True, populate_by_name=True
+    )
 
     # --- request limits (API spec) ---
     max_code_bytes: int = Field(262144, ge=1)
@@ -35,8 +37,10 @@ class Settings(BaseSettings):
     """When set, every endpoint but /healthz requires `Authorization: Bearer <api_key>`."""
 
     # --- queue and admission ---
-    redis_url: str | None = None
-    """Redis to use; unset: `rl-sandbox up` starts a private redis-server."""
+    redis_url: str | None = Field(
+        None, validation_alias=AliasChoices("RL_SANDBOX_REDIS_URL", "REDIS_URL", "redis_url")
+    )
+    """Redis to use (also read from REDIS_URL); unset: `rl-sandbox up` starts a private one."""
     queue_name: str = "rl-sandbox"
     """Name of the RQ queue (and prefix of this service's Redis keys)."""
     max_queue_depth: int = Field(20000, ge=1)
