@@ -1,0 +1,58 @@
+"""Turn a raw process outcome into an API status: a pure function over a rule table.
+
+The rules, first match wins:
+
+| condition                                                | status          |
+|----------------------------------------------------------|-----------------|
+| the jail itself failed (no zygote answer, setup failure) | sandbox_error   |
+| the wall-clock limit was reached                         | timeout         |
+| the cgroup's OOM killer struck, and the exit was not 0   | memory_limit    |
+| ended by SIGXCPU (the CPU-time limit)                    | timeout         |
+| ended by another signal                                  | killed          |
+| exit code 0                                              | ok              |
+| non-zero exit, last stderr line is a MemoryError         | memory_limit    |
+| non-zero exit                                            | error           |
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+from sandbox_service.execution import Status
+
+
+@dataclass(frozen=True, slots=True)
+class RawOutcome:
+    """What the zygote and the cgroups observed about one execution."""
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    oom_killed: bool
+    stderr_tail: str = ""
+    jail_failed: bool = False
+
+
+def _died_of_memory_error(stderr_tail: str) -> bool:
+    lines = [line for line in stderr_tail.strip().splitlines() if line.strip()]
+    return bool(lines) and lines[-1].startswith("MemoryError")
+
+
+def classify(raw: RawOutcome) -> Status:
+    """The status of one execution (see the table at the top of this module)."""
+    if raw.jail_failed:
+        return Status.SANDBOX_ERROR
+    if raw.timed_out:
+        return Status.TIMEOUT
+    if raw.oom_killed and raw.exit_code != 0:
+        return Status.MEMORY_LIMIT
+    if raw.signal == signal.SIGXCPU:
+        return Status.TIMEOUT
+    if raw.signal is not None:
+        return Status.KILLED
+    if raw.exit_code == 0:
+        return Status.OK
+    if _died_of_memory_error(raw.stderr_tail):
+        return Status.MEMORY_LIMIT
+    return Status.ERROR

