@@ -1,0 +1,185 @@
+"""SandboxClient: the async client an RL trainer embeds to run tool calls in rl-sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Self, overload
+
+import httpx
+from pydantic import ValidationError
+
+from sandbox_service.models import ExecuteRequest, ExecuteResult
+from trainer_client.clock import Clock, LoopClock
+from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
+from trainer_client.errors import InvalidRequestError
+from trainer_client.http import Timeouts, post_batch
+from trainer_client.retry import RetryPolicy
+from trainer_client.stats import ClientStats, Counters
+
+RequestLike = ExecuteRequest | Mapping[str, Any]
+"""An ExecuteRequest, or a mapping of its fields (wire format: `files` values are base64)."""
+
+
+def build_request(
+    code: str,
+    *,
+    stdin: str = "",
+    timeout: float = 10.0,
+    memory_mb: int | None = None,
+    session_id: str | None = None,
+    files: Mapping[str, bytes] | None = None,
+    fetch_files: Sequence[str] | None = None,
+) -> ExecuteRequest:
+    """An ExecuteRequest from execute()'s arguments; unset options keep the server's defaults."""
+    fields: dict[str, Any] = {"code": code, "timeout": timeout}
+    if stdin:
+        fields["stdin"] = stdin
+    if memory_mb is not None:
+        fields["memory_mb"] = memory_mb
+    if session_id is not None:
+        fields["session_id"] = session_id
+    if files:
+        fields["files"] = {path: base64.b64encode(data).decode() for path, data in files.items()}
+    if fetch_files:
+        fields["fetch_files"] = list(fetch_files)
+    return to_request(fields)
+
+
+def to_request(request: RequestLike) -> ExecuteRequest:
+    """Validate locally what the client can (unknown fields, language, paths, base64)."""
+    if isinstance(request, ExecuteRequest):
+        return request
+    try:
+        return ExecuteRequest.model_validate(dict(request))
+    except ValidationError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+
+
+class SandboxClient:
+    """Async client of rl-sandbox: concurrent calls are micro-batched into POST /execute/batch.
+
+    Use it as `async with SandboxClient(url) as client: result = await client.execute(code)`.
+    Every call ends with its ExecuteResult or a SandboxClientError naming it (see errors.py);
+    a program's own failure is a result status, not an exception.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        max_batch_size: int = 64,
+        max_wait_s: float = 0.005,
+        max_concurrency: int = 16,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """Options as in the class docs; `clock=VirtualClock()` is the test mode (never sleeps)."""
+        self._timeouts = timeouts or Timeouts()
+        self._config = DispatchConfig(
+            max_batch_size=max_batch_size,
+            max_wait_s=max_wait_s,
+            max_concurrency=max_concurrency,
+            retry=retry or RetryPolicy(),
+        )
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # One pooled keep-alive connection per in-flight batch: no connect per request.
+        limits = httpx.Limits(
+            max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+        )
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, limits=limits, transport=transport
+        )
+        self._counters = Counters()
+        self._dispatcher = Dispatcher(
+            self._send, self._config, clock or LoopClock(), self._counters, rng
+        )
+
+    async def _send(self, payloads: Sequence[bytes], largest_timeout_s: float) -> BatchOutcome:
+        return await post_batch(self._http, payloads, largest_timeout_s, self._timeouts)
+
+    async def __aenter__(self) -> Self:
+        self._dispatcher.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose(cancel=exc is not None)
+
+    async def aclose(self, *, cancel: bool = False) -> None:
+        """Wait for outstanding calls (or fail them at once with `cancel`), then close the pool."""
+        try:
+            await self._dispatcher.aclose(cancel=cancel)
+        finally:
+            await self._http.aclose()
+
+    async def execute(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        # The program's wall-clock limit, named as the API field; not a limit on this await.
+        timeout: float = 10.0,  # noqa: ASYNC109
+        memory_mb: int | None = None,
+        session_id: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] | None = None,
+    ) -> ExecuteResult:
+        """Run one program; `files` are raw bytes (sent base64), `timeout` is in seconds."""
+        request = build_request(
+            code,
+            stdin=stdin,
+            timeout=timeout,
+            memory_mb=memory_mb,
+            session_id=session_id,
+            files=files,
+            fetch_files=fetch_files,
+        )
+        return await self._dispatcher.submit(request)
+
+    @overload
+    async def execute_many(
+        self, requests: Iterable[RequestLike], *, return_exceptions: Literal[False] = False
+    ) -> list[ExecuteResult]: ...
+
+    @overload
+    async def execute_many(
+        self, requests: Iterable[RequestLike], *, return_exceptions: Literal[True]
+    ) -> list[ExecuteResult | BaseException]: ...
+
+    async def execute_many(
+        self, requests: Iterable[RequestLike], *, return_exceptions: bool = False
+    ) -> list[ExecuteResult] | list[ExecuteResult | BaseException]:
+        """Run many programs concurrently; results in request order.
+
+        With `return_exceptions`, a call that failed has its exception in its place; otherwise
+        the first failure is raised and the calls still waiting are cancelled.
+        """
+        tasks = [asyncio.ensure_future(self._submit(r)) for r in requests]
+        if return_exceptions:
+            return await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            return await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _submit(self, request: RequestLike) -> ExecuteResult:
+        return await self._dispatcher.submit(to_request(request))
+
+    def stats(self) -> ClientStats:
+        """A snapshot of the client-side counters."""
+        return self._counters.snapshot()

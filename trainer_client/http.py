@@ -1,0 +1,97 @@
+"""The HTTP edge: the only module that imports httpx. One POST /execute/batch -> BatchOutcome."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+from pydantic import ValidationError
+
+from sandbox_service.models import BatchResponse
+from trainer_client.dispatch import BatchOutcome
+from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
+
+BATCH_PATH = "/execute/batch"
+
+# Failures after which nothing (or nothing we can know of) ran, so the batch is sent again.
+# Not httpx.TransportError as a whole: UnsupportedProtocol, ProxyError or LocalProtocolError are
+# mistakes of the caller's setup that no retry can fix.
+_RETRYABLE_EXCEPTIONS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """HTTP timeouts of the client, in seconds.
+
+    They nest outside the server's: program limit < job timeout < API wait (queue deadline + job
+    timeout + margin) < the read timeout here, which is the largest program `timeout` in the
+    batch plus `response_margin_s`. The call's total deadline (RetryPolicy.deadline_s) bounds
+    everything, retries included.
+    """
+
+    connect_s: float = 5.0
+    """Opening a TCP connection."""
+    write_s: float = 30.0
+    """Sending one request body."""
+    pool_s: float = 30.0
+    """Waiting for a free pooled connection."""
+    response_margin_s: float = 120.0
+    """Read timeout beyond the batch's largest program timeout; above the server's API wait."""
+
+    def __post_init__(self) -> None:
+        if min(self.connect_s, self.write_s, self.pool_s, self.response_margin_s) <= 0:
+            raise ValueError("timeouts must be positive")
+
+    def for_batch(self, largest_timeout_s: float) -> httpx.Timeout:
+        """The httpx timeouts of one batch whose slowest program may run `largest_timeout_s`."""
+        return httpx.Timeout(
+            connect=self.connect_s,
+            read=largest_timeout_s + self.response_margin_s,
+            write=self.write_s,
+            pool=self.pool_s,
+        )
+
+
+def encode_batch(payloads: Sequence[bytes]) -> bytes:
+    """The JSON body of a BatchRequest from already encoded ExecuteRequests."""
+    return b'{"requests":[' + b",".join(payloads) + b"]}"
+
+
+def _error_detail(response: httpx.Response) -> str:
+    text = response.text.strip()
+    return text[:2000] if text else response.reason_phrase
+
+
+async def post_batch(
+    http: httpx.AsyncClient, payloads: Sequence[bytes], largest_timeout_s: float, timeouts: Timeouts
+) -> BatchOutcome:
+    """Send one batch; every failure comes back as an outcome, never as an exception."""
+    try:
+        response = await http.post(
+            BATCH_PATH,
+            content=encode_batch(payloads),
+            headers={"content-type": "application/json"},
+            timeout=timeouts.for_batch(largest_timeout_s),
+        )
+    except _RETRYABLE_EXCEPTIONS as exc:
+        return BatchOutcome(Verdict.RETRY, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+    except httpx.HTTPError as exc:
+        return BatchOutcome(Verdict.FATAL, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+
+    verdict = classify_http_status(response.status_code)
+    cause = str(response.status_code)
+    if verdict is not Verdict.ANSWERED:
+        retry_after_s = parse_retry_after(
+            response.headers.get("retry-after"), now_epoch_s=time.time()
+        )
+        return BatchOutcome(
+            verdict, cause=cause, detail=_error_detail(response), retry_after_s=retry_after_s
+        )
+    try:
+        parsed = BatchResponse.model_validate_json(response.content)
+    except ValidationError as exc:
+        # A 200 that is not our schema: a proxy or a half-written body. Nothing says it ran.
+        return BatchOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
+    return BatchOutcome(Verdict.ANSWERED, results=parsed.results)

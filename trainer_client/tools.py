@@ -1,0 +1,237 @@
+"""Tool calling for rollout loops: the tool's schema, parsing model output, rendering results.
+
+Pure functions (no I/O) except `execute_tool_call`, which awaits any object with the client's
+`execute`. Formats follow the rStar2-Agent release: Hermes/Qwen `<tool_call>{json}</tool_call>`
+blocks in, "Tool call success" / "Tool call failure" text out, cut in the middle as VERL does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from sandbox_service.models import ExecuteResult
+from trainer_client.errors import InvalidRequestError
+
+PYTHON_TOOL_NAME = "python_code_with_standard_io"
+
+_PYTHON_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": PYTHON_TOOL_NAME,
+        "description": (
+            "Execute Python code with standard input and capture standard output. This function "
+            "takes a Python code string and an input string, provides the input string through "
+            "standard input (stdin) to the code, and captures and returns any output produced "
+            "through standard output (stdout). If the executed code raises an exception, the "
+            "error message will be captured and returned instead."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": (
+                        "A string containing Python code to be executed. The code can read from "
+                        "standard input using the input() function."
+                    ),
+                },
+                "input": {
+                    "type": "string",
+                    "description": (
+                        "A string that will be provided as standard input to the code when it "
+                        "calls input()."
+                    ),
+                },
+            },
+            "required": ["code", "input"],
+        },
+    },
+}
+
+
+def python_tool_schema() -> dict[str, Any]:
+    """The OpenAI-style function schema of `python_code_with_standard_io`, for the prompt."""
+    return copy.deepcopy(_PYTHON_TOOL_SCHEMA)
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(re.escape(_OPEN) + r"(.*?)" + re.escape(_CLOSE), re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One `<tool_call>` block of model output: a call, or why it could not be read."""
+
+    name: str | None
+    """The function named; None when the block could not be parsed that far."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """The arguments object (a JSON-encoded string of an object is decoded too)."""
+    raw: str = ""
+    """The text between the tags, as the model wrote it."""
+    error: str | None = None
+    """Why the block is not a valid call; the model must be told (see format_parse_error)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the block parsed into a name and an arguments object."""
+        return self.error is None
+
+
+def _parse_block(raw: str, *, strict_json: bool) -> ToolCall:
+    try:
+        obj = json.loads(raw, strict=strict_json)
+    except json.JSONDecodeError as exc:
+        return ToolCall(None, raw=raw, error=str(exc))
+    if not isinstance(obj, dict):
+        return ToolCall(None, raw=raw, error=f"expected a JSON object, got {type(obj).__name__}")
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return ToolCall(None, raw=raw, error="missing or non-string 'name'")
+    if "arguments" not in obj:
+        return ToolCall(name, raw=raw, error="missing 'arguments'")
+    arguments = obj["arguments"]
+    if isinstance(arguments, str):
+        # Some chat templates double-encode the arguments; the intent is unambiguous.
+        try:
+            arguments = json.loads(arguments, strict=strict_json)
+        except json.JSONDecodeError as exc:
+            return ToolCall(name, raw=raw, error=f"'arguments' is a string but not JSON: {exc}")
+    if not isinstance(arguments, dict):
+        kind = type(arguments).__name__
+        return ToolCall(name, raw=raw, error=f"'arguments' must be a JSON object, got {kind}")
+    return ToolCall(name, arguments, raw=raw)
+
+
+def parse_tool_calls(text: str, *, strict_json: bool = False) -> list[ToolCall]:
+    """Every `<tool_call>{json}</tool_call>` block of `text`, in order; none is ever dropped.
+
+    A block that is not valid JSON, lacks `name`/`arguments`, or is left open at the end of the
+    text comes back as a ToolCall with `error` set. `strict_json=False` accepts raw newlines and
+    tabs inside JSON strings (models often write code that way); True matches json.loads.
+    """
+    calls: list[ToolCall] = []
+    end = 0
+    for match in _BLOCK.finditer(text):
+        calls.append(_parse_block(match.group(1), strict_json=strict_json))
+        end = match.end()
+    tail = text.find(_OPEN, end)
+    if tail != -1:
+        raw = text[tail + len(_OPEN) :]
+        calls.append(ToolCall(None, raw=raw, error=f"unterminated {_OPEN} block (no {_CLOSE})"))
+    return calls
+
+
+def format_parse_error(call: ToolCall) -> str:
+    """The tool response telling the model its block could not be decoded (rStar2 wording)."""
+    return f"Failed to decode tool call: {call.error}"
+
+
+# --- rendering results --------------------------------------------------------------------------
+
+TRUNCATION_MARKER = "...(truncated)..."
+
+# code-judge's `reason` for each of our statuses: "" for a program that just failed, and
+# worker_timeout, queue_timeout, internal_error; a MemoryError or a signal was a plain failure.
+_RSTAR2_REASONS = {
+    "error": "",
+    "timeout": "worker_timeout",
+    "memory_limit": "",
+    "killed": "",
+    "queue_timeout": "queue_timeout",
+    "sandbox_error": "internal_error",
+}
+
+ResponseStyle = Literal["rstar2", "status"]
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """Keep the first and last max_chars // 2 characters around a marker, as VERL's 'middle'."""
+    if max_chars < 2:
+        raise ValueError("max_chars must be at least 2")
+    if len(text) <= max_chars:
+        return text
+    keep = max_chars // 2
+    return text[:keep] + TRUNCATION_MARKER + text[-keep:]
+
+
+def failure_reason(result: ExecuteResult, style: ResponseStyle = "rstar2") -> str:
+    """The `reason:` of a failed call: code-judge's words (rstar2) or our status name (status)."""
+    if style == "status":
+        return result.status
+    return _RSTAR2_REASONS.get(result.status, result.status)
+
+
+def format_tool_response(
+    result: ExecuteResult, *, style: ResponseStyle = "rstar2", max_chars: int | None = 256
+) -> str:
+    """The text the model sees for one execution, in the rStar2-Agent release's format.
+
+    `max_chars=256` is the release's (VERL's) default, cut in the middle; None keeps everything.
+    `style="status"` names our statuses in `reason:` (timeout, memory_limit, ...) instead of
+    code-judge's reasons, which say nothing for a crash, a MemoryError or a signal.
+    """
+    lines = ["Tool call success" if result.status == "ok" else "Tool call failure"]
+    if result.status != "ok":
+        lines.append(f"reason: {failure_reason(result, style)}")
+    if result.stdout:
+        lines.append(f"stdout: {result.stdout}")
+    if result.stderr:
+        lines.append(f"stderr: {result.stderr}")
+    lines.append(f"execution time: {result.wall_time:.2f}s")
+    text = "\n".join(lines)
+    return text if max_chars is None else truncate_middle(text, max_chars)
+
+
+# --- running a parsed call ----------------------------------------------------------------------
+
+
+class Executes(Protocol):
+    """Anything with SandboxClient.execute's signature (the client, or a test double)."""
+
+    async def execute(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        timeout: float = 10.0,  # noqa: ASYNC109 -- the program's limit (API field name)
+    ) -> ExecuteResult:
+        """Run one program."""
+        ...
+
+
+async def execute_tool_call(
+    client: Executes,
+    call: ToolCall,
+    *,
+    timeout: float = 10.0,  # noqa: ASYNC109 -- the program's limit (API field name)
+    style: ResponseStyle = "rstar2",
+    max_chars: int | None = 256,
+) -> str:
+    """Run one parsed tool call and return the tool-response text for the model.
+
+    Mistakes of the model (unparseable block, unknown tool, bad arguments, a request the service
+    rejects) become text the model is shown, worded as in the rStar2 release. Failures of the
+    service itself (CallFailedError) are raised: they are not the model's fault.
+    """
+    if call.error is not None:
+        return format_parse_error(call)
+    if call.name != PYTHON_TOOL_NAME:
+        return f"Error when executing tool: unknown tool {call.name!r}; use {PYTHON_TOOL_NAME!r}"
+    code, stdin = call.arguments.get("code"), call.arguments.get("input", "")
+    if not isinstance(code, str):
+        return "Error when executing tool: argument 'code' must be a string"
+    if stdin is None:
+        stdin = ""
+    if not isinstance(stdin, str):
+        return "Error when executing tool: argument 'input' must be a string"
+    try:
+        result = await client.execute(code, stdin=stdin, timeout=timeout)
+    except InvalidRequestError as exc:
+        return f"Error when executing tool: {exc.detail}"
+    return format_tool_response(result, style=style, max_chars=max_chars)
