@@ -10,7 +10,7 @@ import pytest
 import trainer_client
 
 PACKAGE = Path(trainer_client.__file__).parent
-PURE = ["clock", "dispatch", "errors", "retry", "stats", "tools"]
+PURE = ["bench", "clock", "dispatch", "errors", "retry", "stats", "tools"]
 OUTSIDE = {"httpx", "fastapi", "rq", "redis", "requests", "aiohttp", "starlette", "uvicorn"}
 
 
