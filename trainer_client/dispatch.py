@@ -68,6 +68,8 @@ class _Call:
     attempts: int = 0
     last_error: str = ""
     timer: asyncio.TimerHandle | None = None
+    queued_at: float = 0.0
+    """Event-loop time it last joined the pending queue."""
 
 
 @dataclass
@@ -167,11 +169,15 @@ class Dispatcher:
     # --- batching -----------------------------------------------------------------------------
 
     def _enqueue(self, call: _Call, *, front: bool = False) -> None:
+        call.queued_at = asyncio.get_running_loop().time()
         if front:
             self._pending.appendleft(call)
         else:
             self._pending.append(call)
-        self._wakeup.set()
+        # Wake the batching loop only when it has something to do: a first call, or a full
+        # batch. Waking it on every call would cost a wakeup per call under load.
+        if len(self._pending) == 1 or len(self._pending) >= self._batch_limit:
+            self._wakeup.set()
 
     async def _run(self) -> None:
         while True:
@@ -184,13 +190,15 @@ class Dispatcher:
             self._spawn(self._send(batch))
 
     async def _next_batch(self) -> list[_Call]:
-        """Wait for a first call, then for batch-mates until full or `max_wait_s` passed."""
+        """Wait for a first call, then for batch-mates until full or `max_wait_s` after it."""
         loop = asyncio.get_running_loop()
         while True:
             while not self._pending:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            flush_at = loop.time() + self._config.max_wait_s
+            # Counted from when the oldest call arrived: calls left over from the last batch
+            # have waited already.
+            flush_at = self._pending[0].queued_at + self._config.max_wait_s
             while len(self._pending) < self._batch_limit:
                 remaining = flush_at - loop.time()
                 if remaining <= 0:
