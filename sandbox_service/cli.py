@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sandbox_service.settings import Settings
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
@@ -18,7 +20,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-mb", type=int, default=1024, help="memory limit of the tree")
     run.add_argument("--stdin", default="", help="text fed to the program's standard input")
     run.add_argument("--mode", choices=["warm", "cold"], default=None, help="executor mode")
+
+    up = sub.add_parser(
+        "up", help="run everything locally: private Redis (unless REDIS_URL), workers, API"
+    )
+    _add_listen_arguments(up)
+    up.add_argument("--workers", type=int, default=None, help="worker processes (default: cores)")
+
+    api = sub.add_parser("api", help="run the HTTP API against REDIS_URL")
+    _add_listen_arguments(api)
+
+    worker = sub.add_parser("worker", help="run this host's worker processes against REDIS_URL")
+    worker.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: cores)"
+    )
     return parser
+
+
+def _add_listen_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    if getattr(args, "workers", None) is not None:
+        overrides["workers"] = args.workers
+    return Settings(**overrides)  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,6 +56,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sandbox_service.run_once import run_once
 
         return run_once(args)
+    settings = _settings(args)
+    if args.command == "up":
+        from sandbox_service.up import up
+
+        return up(settings, args.host, args.port)
+    if args.command == "api":
+        from sandbox_service.server import serve
+
+        return serve(settings, args.host, args.port)
+    if args.command == "worker":
+        from sandbox_service.logs import configure_logging
+        from sandbox_service.supervisor import run_workers
+
+        configure_logging("worker-supervisor", settings.log_level)
+        return run_workers(settings, settings.workers)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     """How long results stay in Redis."""
     retry_after_s: int = Field(1, ge=1)
     """Retry-After sent with 429."""
+    poll_interval_s: float = Field(1.0, gt=0)
+    """How often the API re-checks its outstanding jobs (lost notices, dead workers, deadlines)."""
+    worker_heartbeat_s: float = Field(1.0, gt=0)
+    """How often each worker reports itself alive."""
+    worker_dead_after_s: float = Field(5.0, gt=0)
+    """A worker silent this long is dead: its job is re-run once or answered sandbox_error."""
+    lost_job_retries: int = Field(1, ge=0)
+    """How many times a job whose worker died is run again elsewhere before sandbox_error."""
 
     # --- workers and the jail ---
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
@@ -87,12 +95,16 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     shutdown_grace_s: float = Field(30.0, ge=0)
     """On SIGTERM, how long in-flight work may take to finish."""
+    log_level: str = "INFO"
+    """Level of the JSON-lines logs on stderr."""
 
     @model_validator(mode="after")
     def _deadlines_nest(self) -> Settings:
         # Timeouts nest: program limit < job timeout < API wait (queue deadline + run) < client.
         if self.queue_deadline_s <= 0 or self.max_timeout <= 0:
             raise ValueError("queue_deadline_s and max_timeout must be positive")
+        if self.worker_dead_after_s < 2 * self.worker_heartbeat_s:
+            raise ValueError("worker_dead_after_s must be at least twice worker_heartbeat_s")
         return self
 
     def job_timeout_s(self, program_timeout_s: float) -> float:

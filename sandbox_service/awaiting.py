@@ -1,0 +1,265 @@
+"""How one API process awaits thousands of results without a Redis connection per request.
+
+Each outstanding job is an asyncio future in `Outstanding`. Two tasks resolve them:
+
+- the listener pops completion notices from this process's reply list (one connection, BLMPOP,
+  up to 512 notices per round trip) and resolves futures from the inline result;
+- the watchdog re-checks jobs that have waited a while (after poll_interval_s, then with doubling
+  intervals): a stored result whose notice was lost is delivered; a job still queued past its
+  start-by time is withdrawn and answered queue_timeout; a started job whose worker stopped beating
+  (or a job Redis lost) is run again once, then answered sandbox_error; a job past its wait
+  deadline is answered sandbox_error. So no request hangs, whatever dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from sandbox_service import keys
+from sandbox_service.execution import Status
+from sandbox_service.jobqueue import JobQueue, JobState, NewJob
+from sandbox_service.jobs import JobPayload, ResultDict, decode_notice, failure_result
+from sandbox_service.logs import fields
+from sandbox_service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RunSync = Callable[..., Awaitable[Any]]
+"""Runs a blocking JobQueue call in a thread: `await run_sync(fn, *args)`."""
+
+WITHDRAW_GRACE_S = 0.5
+"""A queued job is withdrawn this long after its start-by time (workers answer it themselves
+when they dequeue it in between)."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """One job this process waits for."""
+
+    payload: JobPayload
+    future: asyncio.Future[ResultDict]
+    give_up_at: float
+    """Monotonic deadline of the wait (settings.api_wait_s after admission)."""
+    next_check: float
+    check_every: float
+    admitted: bool = False
+
+
+class Outstanding:
+    """The futures of this process's jobs, by job id."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Pending] = {}
+
+    def add(self, job_id: str, pending: Pending) -> None:
+        """Start waiting for job_id."""
+        self.jobs[job_id] = pending
+
+    def resolve(self, job_id: str, result: ResultDict) -> None:
+        """Hand a result to the waiting request, if any still waits."""
+        pending = self.jobs.pop(job_id, None)
+        if pending is not None and not pending.future.done():
+            pending.future.set_result(result)
+
+    def discard(self, job_ids: Sequence[str]) -> None:
+        """Stop waiting (the jobs were never admitted)."""
+        for job_id in job_ids:
+            self.jobs.pop(job_id, None)
+
+
+class Awaiter:
+    """The listener and watchdog tasks of one API process."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        reply_key: str,
+        job_queue: JobQueue,
+        run_sync: RunSync,
+        listen_redis: aioredis.Redis,
+        redis: aioredis.Redis,
+        on_retry: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.outstanding = Outstanding()
+        self._settings = settings
+        self._reply_key = reply_key
+        self._job_queue = job_queue
+        self._run_sync = run_sync
+        self._listen_redis = listen_redis
+        self._redis = redis
+        self._on_retry = on_retry
+        self._max_check_every = 4 * settings.poll_interval_s
+
+    def track(self, job_id: str, payload: JobPayload) -> asyncio.Future[ResultDict]:
+        """Register a job before it is enqueued (its notice may beat the enqueue's reply)."""
+        now = time.monotonic()
+        future: asyncio.Future[ResultDict] = asyncio.get_running_loop().create_future()
+        self.outstanding.add(
+            job_id,
+            Pending(
+                payload=payload,
+                future=future,
+                give_up_at=now + self._settings.api_wait_s(payload.timeout_s),
+                next_check=now + self._settings.poll_interval_s,
+                check_every=self._settings.poll_interval_s,
+            ),
+        )
+        return future
+
+    def mark_admitted(self, job_ids: Sequence[str]) -> None:
+        """The jobs are in the queue: the watchdog may inspect them now."""
+        for job_id in job_ids:
+            pending = self.outstanding.jobs.get(job_id)
+            if pending is not None:
+                pending.admitted = True
+
+    async def listen(self) -> None:
+        """Resolve futures from completion notices, until cancelled."""
+        backoff_s = 0.05
+        while True:
+            try:
+                popped = await self._listen_redis.blmpop(
+                    1, 1, self._reply_key, direction="LEFT", count=512
+                )
+                backoff_s = 0.05
+                if popped:
+                    notices: list[bytes] = popped[1]  # type: ignore[assignment]
+                    await self._on_notices(notices)
+            except (RedisError, OSError) as exc:
+                log.warning("reply listener: redis error: %s", exc)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 2.0)
+
+    async def _on_notices(self, notices: Sequence[bytes]) -> None:
+        to_fetch: list[str] = []
+        for raw in notices:
+            job_id, result = decode_notice(raw)
+            if result is None:
+                to_fetch.append(job_id)
+            else:
+                self.outstanding.resolve(job_id, result)
+        if to_fetch:
+            queue = self._settings.queue_name
+            values = await self._redis.mget([keys.result(queue, j) for j in to_fetch])
+            for job_id, value in zip(to_fetch, values, strict=True):
+                if value is not None:  # else the watchdog finds out what happened
+                    self.outstanding.resolve(job_id, json.loads(value))
+
+    async def watch(self) -> None:
+        """Re-check waiting jobs every poll_interval_s, until cancelled."""
+        while True:
+            await asyncio.sleep(self._settings.poll_interval_s)
+            try:
+                await self.check_once()
+            except (RedisError, OSError) as exc:
+                log.warning("watchdog: redis error: %s", exc)
+            except Exception:
+                log.exception("watchdog round failed")
+
+    async def check_once(self) -> None:
+        """One watchdog round (see module doc)."""
+        now = time.monotonic()
+        expired: list[str] = []
+        due: list[str] = []
+        for job_id, pending in self.outstanding.jobs.items():
+            if not pending.admitted:
+                continue
+            if now >= pending.give_up_at:
+                expired.append(job_id)
+            elif now >= pending.next_check:
+                due.append(job_id)
+        for job_id in expired:
+            self._answer(job_id, Status.SANDBOX_ERROR, "no result within the server's deadline")
+        if expired:
+            await self._run_sync(self._job_queue.withdraw, expired)
+        if not due:
+            return
+        due = due[:5000]
+        alive_since = time.time() - self._settings.worker_dead_after_s
+        states: list[JobState] = await self._run_sync(self._job_queue.inspect, due, alive_since)
+        await self._act(due, states)
+
+    async def _act(self, job_ids: Sequence[str], states: Sequence[JobState]) -> None:
+        now_m, now = time.monotonic(), time.time()
+        withdraw: list[str] = []
+        lost: list[str] = []
+        for job_id, state in zip(job_ids, states, strict=True):
+            pending = self.outstanding.jobs.get(job_id)
+            if pending is None:
+                continue  # resolved by the listener meanwhile
+            if state.kind == "done" and state.result is not None:
+                self.outstanding.resolve(job_id, state.result)
+                continue
+            if state.kind == "queued" and now > pending.payload.start_by + WITHDRAW_GRACE_S:
+                withdraw.append(job_id)
+            elif state.kind == "lost":
+                lost.append(job_id)
+            pending.check_every = min(pending.check_every * 2, self._max_check_every)
+            pending.next_check = now_m + pending.check_every
+        if withdraw:
+            removed = await self._run_sync(self._job_queue.withdraw, withdraw)
+            for job_id, was_removed in zip(withdraw, removed, strict=True):
+                if was_removed:
+                    self._answer(
+                        job_id, Status.QUEUE_TIMEOUT, "not started within the queue deadline"
+                    )
+        if lost:
+            await self._retry_or_fail(lost, now)
+
+    async def _retry_or_fail(self, job_ids: Sequence[str], now: float) -> None:
+        retries: list[tuple[str, str, Pending]] = []
+        for job_id in job_ids:
+            pending = self.outstanding.jobs.get(job_id)
+            if pending is None:
+                continue
+            if pending.payload.attempt > self._settings.lost_job_retries:
+                self._answer(job_id, Status.SANDBOX_ERROR, "the worker running this job was lost")
+                continue
+            retries.append((job_id, uuid.uuid4().hex, pending))
+        if not retries:
+            return
+        new_jobs: list[NewJob] = []
+        for old_id, new_id, pending in retries:
+            payload = pending.payload.retried(now, self._settings.queue_deadline_s)
+            self.outstanding.jobs.pop(old_id, None)
+            self.outstanding.add(
+                new_id,
+                replace(
+                    pending,
+                    payload=payload,
+                    give_up_at=time.monotonic() + self._settings.api_wait_s(payload.timeout_s),
+                    check_every=self._settings.poll_interval_s,
+                    next_check=time.monotonic() + self._settings.poll_interval_s,
+                ),
+            )
+            budget_s = self._settings.job_timeout_s(payload.timeout_s)
+            new_jobs.append(NewJob(new_id, payload.to_wire(), budget_s))
+            log.warning(
+                "job lost with its worker; running it again",
+                extra=fields(job_id=old_id, retry_job_id=new_id, request_id=payload.request_id),
+            )
+            self._on_retry()
+        await self._run_sync(self._job_queue.enqueue, new_jobs, True)
+
+    def _answer(self, job_id: str, status: Status, message: str) -> None:
+        pending = self.outstanding.jobs.get(job_id)
+        if pending is None:
+            return
+        queue_time = time.time() - pending.payload.admitted_at
+        log.warning(message, extra=fields(job_id=job_id, request_id=pending.payload.request_id))
+        self.outstanding.resolve(job_id, failure_result(status, message, job_id, queue_time))
+
+    def fail_all(self, message: str) -> None:
+        """Answer every waiting request sandbox_error (the process is stopping)."""
+        for job_id in list(self.outstanding.jobs):
+            self._answer(job_id, Status.SANDBOX_ERROR, message)

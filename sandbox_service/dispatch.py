@@ -1,0 +1,205 @@
+"""The API's execution core: admit a group of jobs whole or not at all, then await their results.
+
+Errors of the service itself (a program's failure is a result, never one of these):
+
+    DispatchError
+    ├── Overloaded   the queue is at its bound: 429 with Retry-After; nothing was enqueued
+    └── Unavailable  Redis unreachable, or the process is shutting down: 503 with the reason
+
+Admission is batched: one task collects every group waiting to be admitted, checks the queue depth
+once and enqueues all groups that fit in one MULTI (two round trips for any number of requests).
+Within one API process the bound is exact; across replicas it can be overshot by one round each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from sandbox_service import jobqueue, keys
+from sandbox_service.awaiting import Awaiter
+from sandbox_service.jobqueue import JobQueue, NewJob
+from sandbox_service.jobs import JobPayload, ResultDict
+from sandbox_service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ADMISSION_ROUND_MAX_JOBS = 8192
+"""Most jobs one admission round enqueues (one MULTI)."""
+
+
+class DispatchError(Exception):
+    """The service could not take the request (see the module doc for the hierarchy)."""
+
+
+class Overloaded(DispatchError):
+    """The queue is full."""
+
+
+class Unavailable(DispatchError):
+    """Redis is unreachable or the server is shutting down."""
+
+
+class Dispatcher:
+    """Admits requests into the queue and resolves their results, for one API process."""
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.redis_url is None:
+            raise ValueError("the API needs a Redis: set RL_SANDBOX_REDIS_URL (or REDIS_URL)")
+        self.settings = settings
+        self.api_id = uuid.uuid4().hex
+        self.draining = False
+        self.retries = 0
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
+        self._job_queue = JobQueue(
+            jobqueue.connect(settings.redis_url), settings.queue_name, settings.result_ttl_s
+        )
+        self.redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
+        )
+        self._listen_redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
+        )
+        self.awaiter = Awaiter(
+            settings,
+            keys.reply(settings.queue_name, self.api_id),
+            self._job_queue,
+            self._run_sync,
+            self._listen_redis,
+            self.redis,
+            on_retry=self._count_retry,
+        )
+        self._to_admit: asyncio.Queue[tuple[list[NewJob], asyncio.Future[bool]]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _count_retry(self) -> None:
+        self.retries += 1
+
+    async def _run_sync(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+
+    async def start(self) -> None:
+        """Start the admission, listener and watchdog tasks."""
+        self._tasks = [
+            asyncio.create_task(self._admit_loop(), name="admission"),
+            asyncio.create_task(self.awaiter.listen(), name="reply-listener"),
+            asyncio.create_task(self.awaiter.watch(), name="watchdog"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the tasks; requests still waiting get sandbox_error."""
+        self.draining = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.awaiter.fail_all("the server is shutting down")
+        await self.redis.aclose()
+        await self._listen_redis.aclose()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs this process waits for."""
+        return len(self.awaiter.outstanding.jobs)
+
+    async def submit(self, payloads: Sequence[JobPayload]) -> list[ResultDict]:
+        """Run the payloads (all admitted or none) and return their results in order."""
+        if self.draining:
+            raise Unavailable("the server is shutting down")
+        admitted_at = time.time()
+        start_by = admitted_at + self.settings.queue_deadline_s
+        jobs: list[NewJob] = []
+        futures: list[asyncio.Future[ResultDict]] = []
+        for payload in payloads:
+            job_id = uuid.uuid4().hex
+            stamped = replace(
+                payload,
+                reply_to=self.awaiter_reply_key,
+                admitted_at=admitted_at,
+                start_by=start_by,
+            )
+            futures.append(self.awaiter.track(job_id, stamped))
+            budget_s = self.settings.job_timeout_s(payload.timeout_s)
+            jobs.append(NewJob(job_id, stamped.to_wire(), budget_s))
+        job_ids = [job.job_id for job in jobs]
+        try:
+            admitted = await self._admit(jobs)
+        except BaseException:
+            self.awaiter.outstanding.discard(job_ids)
+            raise
+        if not admitted:
+            self.awaiter.outstanding.discard(job_ids)
+            raise Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
+        self.awaiter.mark_admitted(job_ids)
+        return list(await asyncio.gather(*futures))
+
+    @property
+    def awaiter_reply_key(self) -> str:
+        """The list this process's completion notices arrive on."""
+        return keys.reply(self.settings.queue_name, self.api_id)
+
+    async def _admit(self, jobs: list[NewJob]) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        await self._to_admit.put((jobs, future))
+        return await future
+
+    async def _admit_loop(self) -> None:
+        while True:
+            first = await self._to_admit.get()
+            batch = [first]
+            size = len(first[0])
+            while size < ADMISSION_ROUND_MAX_JOBS and not self._to_admit.empty():
+                item = self._to_admit.get_nowait()
+                batch.append(item)
+                size += len(item[0])
+            groups = [jobs for jobs, _ in batch]
+            try:
+                flags: list[bool] = await self._run_sync(
+                    self._job_queue.admit, groups, self.settings.max_queue_depth
+                )
+            except (RedisError, OSError) as exc:
+                error = Unavailable(f"redis unavailable: {exc}")
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for (_, future), ok in zip(batch, flags, strict=True):
+                if not future.done():
+                    future.set_result(ok)
+
+    async def readiness(self) -> tuple[bool, str]:
+        """(ready, reason): Redis reachable and at least one worker alive."""
+        if self.draining:
+            return False, "the server is shutting down"
+        try:
+            workers = await asyncio.wait_for(self.live_workers(), timeout=2.0)
+        except (RedisError, OSError, TimeoutError) as exc:
+            return False, f"redis unreachable: {exc or type(exc).__name__}"
+        if workers == 0:
+            return False, "no live worker"
+        return True, f"{workers} live workers"
+
+    async def live_workers(self) -> int:
+        """Workers whose heartbeat is fresh."""
+        alive_since = time.time() - self.settings.worker_dead_after_s
+        count: int = await self.redis.zcount(
+            keys.alive(self.settings.queue_name), alive_since, "+inf"
+        )
+        return count
+
+    async def queue_depth(self) -> int:
+        """Jobs waiting in the queue."""
+        depth: int = await self.redis.llen(keys.rq_queue(self.settings.queue_name))
+        return depth

@@ -1,0 +1,147 @@
+"""What travels through Redis: the job payload, the result and the completion notice (pure).
+
+One request becomes one JobPayload (JSON in the RQ job), which the worker turns into an
+ExecutionSpec; the ExecutionResult comes back as a result dict with the fields of the API's
+ExecuteResult, stored under its own key and pushed, usually inline, in a completion notice.
+Short keys keep the per-job JSON small: it is parsed twice per call on the hot path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits, Status
+
+ResultDict = dict[str, Any]
+"""A result in the wire shape of ExecuteResult (files base64-encoded)."""
+
+INLINE_RESULT_MAX_BYTES = 32768
+"""Results up to this size ride inside the notice; larger ones are fetched from their key."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPayload:
+    """One admitted execution request, as a worker receives it."""
+
+    code: str
+    stdin: str = ""
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    files: dict[str, str] = field(default_factory=dict)
+    """Relative path -> base64 content."""
+    fetch_files: tuple[str, ...] = ()
+    session_id: str | None = None
+    request_id: str = ""
+    reply_to: str = ""
+    """Redis list on which the worker pushes the completion notice."""
+    admitted_at: float = 0.0
+    """Epoch seconds when the API admitted the request (queue_time counts from here)."""
+    start_by: float = 0.0
+    """Epoch seconds; a worker that dequeues the job later answers queue_timeout, never runs it."""
+    attempt: int = 1
+    """1 for the first run; 2 when re-run after its worker was lost."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict stored in the RQ job."""
+        wire: dict[str, Any] = {
+            "c": self.code,
+            "t": self.timeout_s,
+            "m": self.memory_mb,
+            "rid": self.request_id,
+            "re": self.reply_to,
+            "at": self.admitted_at,
+            "sb": self.start_by,
+        }
+        if self.stdin:
+            wire["i"] = self.stdin
+        if self.files:
+            wire["f"] = self.files
+        if self.fetch_files:
+            wire["ff"] = list(self.fetch_files)
+        if self.session_id is not None:
+            wire["s"] = self.session_id
+        if self.attempt != 1:
+            wire["n"] = self.attempt
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> JobPayload:
+        """Inverse of to_wire."""
+        return cls(
+            code=wire["c"],
+            stdin=wire.get("i", ""),
+            timeout_s=float(wire["t"]),
+            memory_mb=int(wire["m"]),
+            files=dict(wire.get("f", {})),
+            fetch_files=tuple(wire.get("ff", ())),
+            session_id=wire.get("s"),
+            request_id=wire.get("rid", ""),
+            reply_to=wire.get("re", ""),
+            admitted_at=float(wire.get("at", 0.0)),
+            start_by=float(wire.get("sb", 0.0)),
+            attempt=int(wire.get("n", 1)),
+        )
+
+    def retried(self, now: float, queue_deadline_s: float) -> JobPayload:
+        """The payload of the second attempt, with a fresh queue deadline."""
+        return replace(self, attempt=self.attempt + 1, start_by=now + queue_deadline_s)
+
+    def to_spec(self, execution_id: str, limits: Limits) -> ExecutionSpec:
+        """The ExecutionSpec a worker hands its executor; `limits` carries the host's caps."""
+        return ExecutionSpec(
+            code=self.code,
+            stdin=self.stdin,
+            files={path: base64.b64decode(data) for path, data in self.files.items()},
+            fetch_files=self.fetch_files,
+            limits=replace(limits, timeout_s=self.timeout_s, memory_mb=self.memory_mb),
+            execution_id=execution_id,
+        )
+
+
+def result_to_wire(result: ExecutionResult, execution_id: str) -> ResultDict:
+    """An ExecutionResult in the wire shape of ExecuteResult."""
+    return {
+        "id": execution_id,
+        "status": str(result.status),
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "stdout_truncated": result.stdout_truncated,
+        "stderr_truncated": result.stderr_truncated,
+        "wall_time": result.wall_time,
+        "cpu_time": result.cpu_time,
+        "peak_memory_mb": result.peak_memory_mb,
+        "queue_time": result.queue_time,
+        "files": {path: base64.b64encode(data).decode() for path, data in result.files.items()},
+        "restored": False,
+    }
+
+
+def failure_result(
+    status: Status, message: str, execution_id: str, queue_time: float = 0.0
+) -> ResultDict:
+    """The wire result of work that never ran or whose infrastructure failed."""
+    failed = replace(ExecutionResult.failure(status, message), queue_time=max(0.0, queue_time))
+    return result_to_wire(failed, execution_id)
+
+
+def encode_result(result: ResultDict) -> str:
+    """The JSON stored under the result key."""
+    return json.dumps(result, separators=(",", ":"))
+
+
+def encode_notice(job_id: str, result_json: str) -> str:
+    """The completion notice: the job id, with the result inline unless it is large."""
+    if len(result_json) <= INLINE_RESULT_MAX_BYTES:
+        return f'{{"id":{json.dumps(job_id)},"r":{result_json}}}'
+    return json.dumps({"id": job_id})
+
+
+def decode_notice(raw: bytes | str) -> tuple[str, ResultDict | None]:
+    """(job id, result or None when it must be fetched from its key)."""
+    notice = json.loads(raw)
+    return str(notice["id"]), notice.get("r")

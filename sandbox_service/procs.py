@@ -1,0 +1,75 @@
+"""Child processes that never outlive their parent: spawn, watch, stop in order."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the parent dies (even by SIGKILL), so does it.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    stdout: int | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start argv in its own process group (terminal Ctrl-C goes to us, who stop children in
+    order) and tied to our life."""
+    return subprocess.Popen(
+        list(argv),
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # our spawners are single-threaded
+    )
+
+
+def stop(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM each process, wait up to grace_s for all, then SIGKILL the process groups left."""
+    for proc in processes:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in processes:
+        # The group also holds anything the child started (e.g. a jail) that is still there.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stop_event() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (call from the main thread)."""
+    event = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        event.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return event

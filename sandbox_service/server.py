@@ -1,0 +1,42 @@
+"""`rl-sandbox api`: the API under uvicorn, draining on SIGTERM."""
+
+from __future__ import annotations
+
+import math
+from types import FrameType
+
+import uvicorn
+
+from sandbox_service.api import create_app
+from sandbox_service.logs import configure_logging
+from sandbox_service.settings import Settings
+
+
+class _DrainingServer(uvicorn.Server):
+    """On SIGTERM/SIGINT, refuse new executions at once; in-flight ones get the grace period."""
+
+    def __init__(self, config: uvicorn.Config, dispatcher: object) -> None:
+        super().__init__(config)
+        self._dispatcher = dispatcher
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._dispatcher.draining = True  # type: ignore[attr-defined]
+        super().handle_exit(sig, frame)
+
+
+def serve(settings: Settings, host: str, port: int) -> int:
+    """Serve the API until SIGTERM/SIGINT; returns the exit status."""
+    configure_logging("api", settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        backlog=4096,
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+        timeout_keep_alive=30,
+    )
+    _DrainingServer(config, app.state.dispatcher).run()
+    return 0

@@ -1,0 +1,77 @@
+"""`rl-sandbox worker`: run settings.workers worker processes on this host and keep them running.
+
+Each child owns one executor slot (its index selects the jail's uid and cgroup). A child that dies
+is restarted with backoff, and is dropped from the alive set at once, so the API re-runs the job
+it held without waiting for its heartbeat to go stale. SIGTERM/SIGINT: every child finishes its
+current job (RQ warm shutdown) within shutdown_grace_s, then whatever is left is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import sys
+import time
+
+import redis
+
+from sandbox_service import keys, procs
+from sandbox_service.logs import fields
+from sandbox_service.settings import Settings
+from sandbox_service.worker import worker_name
+
+log = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+"""Delay before restarting a slot's worker, by its number of recent crashes."""
+STABLE_AFTER_S = 60.0
+"""A worker that ran this long resets its slot's crash count."""
+
+
+def worker_argv(slot: int) -> list[str]:
+    """The command line of the worker process of one slot."""
+    return [sys.executable, "-m", "sandbox_service.worker", "--slot", str(slot)]
+
+
+def run_workers(settings: Settings, count: int) -> int:
+    """Supervise `count` workers until SIGTERM/SIGINT; returns the exit status."""
+    if settings.redis_url is None:
+        log.error("no Redis: set RL_SANDBOX_REDIS_URL (or REDIS_URL)")
+        return 2
+    stop = procs.stop_event()
+    connection = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=1.0)
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    started_at: dict[int, float] = {}
+    crashes: dict[int, int] = dict.fromkeys(range(count), 0)
+    restart_at: dict[int, float] = dict.fromkeys(range(count), 0.0)
+    log.info("starting workers", extra=fields(workers=count, mode=settings.executor_mode))
+    while not stop.is_set():
+        now = time.monotonic()
+        for slot, child in list(children.items()):
+            code = child.poll()
+            if code is None:
+                continue
+            del children[slot]
+            _forget(connection, settings.queue_name, worker_name(slot, child.pid))
+            if now - started_at[slot] > STABLE_AFTER_S:
+                crashes[slot] = 0
+            delay = RESTART_BACKOFF_S[min(crashes[slot], len(RESTART_BACKOFF_S) - 1)]
+            crashes[slot] += 1
+            restart_at[slot] = now + delay
+            log.warning("worker exited", extra=fields(slot=slot, code=code, restart_in_s=delay))
+        for slot in range(count):
+            if slot not in children and now >= restart_at[slot]:
+                children[slot] = procs.spawn(worker_argv(slot))
+                started_at[slot] = now
+        stop.wait(0.1)
+    log.info("stopping workers", extra=fields(grace_s=settings.shutdown_grace_s))
+    procs.stop(list(children.values()), settings.shutdown_grace_s)
+    for slot, child in children.items():
+        _forget(connection, settings.queue_name, worker_name(slot, child.pid))
+    return 0
+
+
+def _forget(connection: redis.Redis, queue_name: str, name: str) -> None:
+    with contextlib.suppress(redis.RedisError):  # its heartbeat goes stale on its own
+        connection.zrem(keys.alive(queue_name), name)

@@ -1,0 +1,64 @@
+"""Checks of a request against the server's limits, beyond what the wire models check (pure).
+
+Each problem is a FastAPI-style error dict whose `loc` names the field, e.g.
+`["body", "requests", 3, "timeout"]` for the fourth item of a batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox_service.models import BatchRequest, ExecuteRequest
+from sandbox_service.settings import Settings
+
+Problem = dict[str, Any]
+
+
+def decoded_size(b64: str) -> int:
+    """Bytes that a (valid) base64 string decodes to."""
+    return len(b64) * 3 // 4 - b64[-2:].count("=")
+
+
+def check_request(
+    request: ExecuteRequest, settings: Settings, loc: tuple[Any, ...]
+) -> list[Problem]:
+    """Problems of one request; `loc` locates it in the body."""
+    problems: list[Problem] = []
+
+    def problem(field: str, message: str, value: Any) -> None:
+        problems.append(
+            {"type": "value_error", "loc": [*loc, field], "msg": message, "input": value}
+        )
+
+    code_bytes = len(request.code.encode("utf-8", "surrogatepass"))
+    if code_bytes > settings.max_code_bytes:
+        problem("code", f"code is {code_bytes} bytes; at most {settings.max_code_bytes}", None)
+    if request.timeout > settings.max_timeout:
+        problem("timeout", f"timeout must be <= {settings.max_timeout}", request.timeout)
+    if request.memory_mb > settings.max_memory_mb:
+        problem("memory_mb", f"memory_mb must be <= {settings.max_memory_mb}", request.memory_mb)
+    files_bytes = sum(decoded_size(data) for data in request.files.values())
+    if files_bytes > settings.max_files_bytes:
+        problem(
+            "files", f"files total {files_bytes} bytes; at most {settings.max_files_bytes}", None
+        )
+    if request.session_id is not None:
+        problem("session_id", "sessions are not available on this server yet", request.session_id)
+    return problems
+
+
+def check_batch(batch: BatchRequest, settings: Settings) -> list[Problem]:
+    """Problems of a batch, each naming the index of its item."""
+    if len(batch.requests) > settings.max_batch:
+        return [
+            {
+                "type": "too_long",
+                "loc": ["body", "requests"],
+                "msg": f"a batch holds at most {settings.max_batch} requests",
+                "input": None,
+            }
+        ]
+    problems: list[Problem] = []
+    for index, request in enumerate(batch.requests):
+        problems.extend(check_request(request, settings, ("body", "requests", index)))
+    return problems

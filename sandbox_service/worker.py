@@ -1,0 +1,197 @@
+"""One worker process: owns one executor slot and runs jobs from the queue, one at a time.
+
+`rl-sandbox worker` starts settings.workers of these (see supervisor.py). Each one reports itself
+alive in Redis every worker_heartbeat_s from a thread, so the API can tell a lost worker (its job
+is re-run or answered sandbox_error) from a slow one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from sandbox_service import jobqueue, keys
+from sandbox_service.execution import ExecutionResult, Limits, Status
+from sandbox_service.executor import Executor
+from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
+from sandbox_service.logs import configure_logging, fields, request_id_var
+from sandbox_service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def execute(payload: dict[str, Any]) -> None:
+    """The function RQ jobs name; LeanWorker passes payloads to its JobRunner instead."""
+    raise RuntimeError("rl-sandbox jobs run only in `rl-sandbox worker` processes")
+
+
+def worker_name(slot: int, pid: int) -> str:
+    """The RQ and heartbeat name of the worker process `pid` serving `slot` on this host."""
+    return f"{socket.gethostname()}:{slot}:{pid}"
+
+
+class JobRunner:
+    """Turns job payloads into results with one executor (the jobqueue.JobHandler of a worker)."""
+
+    def __init__(self, settings: Settings, make_executor: Callable[[], Executor]) -> None:
+        self._limits = Limits(
+            max_output_bytes=settings.max_output_bytes,
+            max_processes=settings.default_max_processes,
+            max_file_size_mb=settings.max_file_size_mb,
+            max_open_files=settings.max_open_files,
+        )
+        self._make_executor = make_executor
+        self._executor: Executor | None = None
+
+    def warm_up(self) -> None:
+        """Start the executor now rather than on the first job."""
+        if self._executor is None:
+            self._executor = self._make_executor()
+
+    def run(self, job_id: str, payload: dict[str, Any]) -> ResultDict:
+        """Run one job, or answer queue_timeout when it was dequeued past its start-by time."""
+        job = JobPayload.from_wire(payload)
+        token = request_id_var.set(job.request_id)
+        try:
+            started = time.time()
+            queue_time = max(0.0, started - job.admitted_at)
+            if started > job.start_by:
+                result = ExecutionResult.failure(
+                    Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
+                )
+            else:
+                result = self._execute(job, job_id)
+            wire = result_to_wire(result, job_id)
+            wire["queue_time"] = queue_time
+            log.info(
+                "job done",
+                extra=fields(
+                    job_id=job_id,
+                    status=wire["status"],
+                    attempt=job.attempt,
+                    queue_time=round(queue_time, 6),
+                    wall_time=round(result.wall_time, 6),
+                    total_time=round(time.time() - started, 6),
+                ),
+            )
+            return wire
+        finally:
+            request_id_var.reset(token)
+
+    def _execute(self, job: JobPayload, job_id: str) -> ExecutionResult:
+        try:
+            spec = job.to_spec(job_id, self._limits)
+            self.warm_up()
+            assert self._executor is not None
+            return self._executor.run(spec)
+        except Exception as exc:  # the executor failed, not the program: reset the slot
+            log.exception("executor failed", extra=fields(job_id=job_id))
+            self.reset()
+            return ExecutionResult.failure(Status.SANDBOX_ERROR, f"executor failed: {exc}")
+
+    def abandon(self, job_id: str, payload: dict[str, Any], reason: str) -> ResultDict:
+        """The run was interrupted: tear the executor down (a fresh one serves the next job)."""
+        log.error("job abandoned: %s", reason, extra=fields(job_id=job_id))
+        self.reset()
+        return failure_result(Status.SANDBOX_ERROR, reason, job_id)
+
+    def reset(self) -> None:
+        """Close the executor; the next job starts a new one."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            try:
+                executor.close()
+            except Exception:
+                log.exception("closing the executor failed")
+
+    close = reset
+
+
+class Heartbeat:
+    """A thread that keeps this worker's score in the `alive` set fresh."""
+
+    def __init__(
+        self, connection: redis.Redis, queue_name: str, name: str, interval_s: float
+    ) -> None:
+        self._redis = connection
+        self._key = keys.alive(queue_name)
+        self._name = name
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Beat once now, then every interval."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating and leave the alive set."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with contextlib.suppress(redis.RedisError):
+            self._redis.zrem(self._key, self._name)
+
+    def _run(self) -> None:
+        while True:
+            now = time.time()
+            try:
+                with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.zadd(self._key, {self._name: now})
+                    pipe.zremrangebyscore(self._key, "-inf", now - 3600)
+                    pipe.execute()
+            except redis.RedisError:
+                pass  # the API counts this worker dead meanwhile; beats resume with Redis
+            if self._stop.wait(self._interval_s):
+                return
+
+
+def run(settings: Settings, slot: int) -> int:
+    """Serve jobs with executor slot `slot` until SIGTERM; returns the exit status."""
+    from sandbox_service.jail import create_executor
+
+    if settings.redis_url is None:
+        log.error("no Redis: set RL_SANDBOX_REDIS_URL (or REDIS_URL)")
+        return 2
+    name = worker_name(slot, os.getpid())
+    runner = JobRunner(settings, lambda: create_executor(settings, slot))
+    try:
+        runner.warm_up()
+    except Exception:
+        log.exception("executor failed to start", extra=fields(slot=slot))
+        return 3
+    connection = jobqueue.connect_worker(settings.redis_url)
+    beat_connection = jobqueue.connect(settings.redis_url)
+    heartbeat = Heartbeat(beat_connection, settings.queue_name, name, settings.worker_heartbeat_s)
+    heartbeat.start()
+    log.info("worker ready", extra=fields(worker=name, slot=slot, mode=settings.executor_mode))
+    try:
+        jobqueue.work(connection, settings.queue_name, name, runner, settings.result_ttl_s)
+    finally:
+        heartbeat.stop()
+        runner.close()
+        log.info("worker stopped", extra=fields(worker=name, slot=slot))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of one worker process (`python -m sandbox_service.worker --slot N`)."""
+    parser = argparse.ArgumentParser(prog="rl-sandbox-worker")
+    parser.add_argument("--slot", type=int, required=True, help="executor slot index")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    configure_logging("worker", settings.log_level)
+    return run(settings, args.slot)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
