@@ -63,3 +63,11 @@ format: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache reports
+
+# Offline static validation of deploy/: the compose file, the Dockerfile, every kustomize
+# rendering, against the schemas and tools pinned in the `deploy` extra (no network at check time).
+# tests/deploy runs the same checks in `make test` wherever the `deploy` extra is installed.
+deploy-check: setup
+	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \
+	  $(UV) pip install -q --python $(PY) -e '.[$(EXTRAS),deploy]' && touch $(VENV)/.installed-deploy; }
+	$(PY) deploy/check.py

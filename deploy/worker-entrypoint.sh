@@ -1,0 +1,65 @@
+#!/bin/sh
+# Entry point of the worker image: prepare what nsjail needs, then exec the command given
+# (`rl-sandbox worker`). Runs as root in the container with the capabilities that docs/deploy.md
+# lists ("Worker privileges"); each step below says which privilege it uses and why.
+# Any step that cannot be done stops the container with the reason: a worker that cannot build
+# jails must not take jobs from the queue.
+set -eu
+
+parent=${RL_SANDBOX_CGROUP_PARENT:-rl-sandbox}
+cg=/sys/fs/cgroup
+
+say() { echo "rl-sandbox-worker-entrypoint: $*" >&2; }
+die() { say "$*"; say "see docs/deploy.md, section 'Worker privileges'"; exit 1; }
+
+# Container runtimes mount the cgroup filesystem read-only. The worker puts each jail in its own
+# sub-cgroup (memory and pids limits), so it needs it writable. With a private cgroup namespace
+# (compose `cgroup: private`, the default of Kubernetes on cgroup v2) the remount exposes only
+# this container's own subtree. Needs CAP_SYS_ADMIN and no AppArmor rule against mount.
+make_writable() {
+  [ -w "$1" ] && return 0
+  mount -o remount,rw "$1" 2>/dev/null \
+    || die "cannot remount $1 read-write (needs CAP_SYS_ADMIN and AppArmor unconfined)"
+}
+
+if [ -f "$cg/cgroup.controllers" ]; then
+  # cgroup v2. A cgroup that holds processes cannot hand controllers to its children (the
+  # no-internal-processes rule), so this container's own processes move to a leaf first.
+  make_writable "$cg"
+  mkdir -p "$cg/supervisor"
+  while read -r pid; do
+    echo "$pid" >"$cg/supervisor/cgroup.procs" 2>/dev/null || true
+  done <"$cg/cgroup.procs"
+  wanted=""
+  for c in memory pids cpu; do
+    grep -qw "$c" "$cg/cgroup.controllers" && wanted="$wanted +$c"
+  done
+  case "$wanted" in *memory*pids*) ;; *) die "cgroup v2 lacks the memory or pids controller" ;; esac
+  mkdir -p "$cg/$parent"
+  # shellcheck disable=SC2086  # one word per controller
+  echo $wanted >"$cg/cgroup.subtree_control" \
+    && echo $wanted >"$cg/$parent/cgroup.subtree_control" \
+    || die "cannot delegate the$wanted controllers to $cg/$parent"
+  say "cgroup v2: jails go under $cg/$parent ($wanted )"
+else
+  # cgroup v1: one hierarchy per controller; nsjail makes NSJAIL.<pid> under <controller>/$parent.
+  for c in memory pids; do
+    [ -d "$cg/$c" ] || die "cgroup v1 controller $c is not mounted at $cg/$c"
+    make_writable "$cg/$c"
+    mkdir -p "$cg/$c/$parent" || die "cannot create $cg/$c/$parent"
+  done
+  say "cgroup v1: jails go under $cg/{memory,pids}/$parent"
+fi
+
+# A jail mounts a fresh /proc for its PID namespace. The kernel refuses that inside a new user
+# namespace while every procfs visible to the container is partly masked, which container
+# runtimes do by default. One unmasked procfs, mounted where only root can look, lifts it.
+# Needs CAP_SYS_ADMIN; jailed programs never see this mount (they get their own /proc).
+if ! unshare --user --map-root-user --pid --fork --mount --mount-proc true 2>/dev/null; then
+  mkdir -p -m 0700 /run/rl-sandbox/proc
+  mount -t proc -o nosuid,nodev,noexec proc /run/rl-sandbox/proc 2>/dev/null || true
+  unshare --user --map-root-user --pid --fork --mount --mount-proc true 2>/dev/null \
+    || say "warning: a jail cannot mount its own /proc here; executions may fail to start"
+fi
+
+exec "$@"
