@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +54,21 @@ from deploycheck.k8s_rules import rule_problems  # noqa: E402
 def test_deploy_files_pass_the_check(name: str) -> None:
     problems = CHECKS[name]()
     assert problems == [], "\n".join(problems)
+
+
+def test_check_needs_no_network() -> None:
+    """`make deploy-check` in an empty network namespace: nothing is fetched at check time."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to run without a network")
+    proc = subprocess.run(
+        ["unshare", "--net", sys.executable, str(DEPLOY / "check.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "checks clean" in proc.stdout
 
 
 def test_every_kustomization_is_checked() -> None:
