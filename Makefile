@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml
 	  $$PYBIN -m venv $(VENV); \
 	fi; \
 	[ -x $(UV) ] || $(PY) -m pip install -q uv; \
-	$(UV) pip install -q --python $(PY) -e '.[$(EXTRAS)]'; \
+	$(UV) pip install -q --compile-bytecode --python $(PY) -e '.[$(EXTRAS)]'; \
 	scripts/make-runtime-traversable.sh $(PY); \
 	touch $(STAMP)
 

@@ -133,6 +133,10 @@ class JailExecutor:
             self._discard_jail()
         return to_result(spec, reply)
 
+    def zygote_pid(self) -> int | None:
+        """Host pid of the current zygote, if one is running."""
+        return self._jail.zygote_pid if self._jail is not None else None
+
     def _discard_jail(self, force: bool = False) -> None:
         if self._jail is not None:
             self._jail.close(force=force)

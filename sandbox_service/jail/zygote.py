@@ -151,14 +151,20 @@ def preload() -> None:
 
 
 def _set_limits(limits: dict) -> None:
-
     cpu = int(limits["cpu_time_s"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     fsize = int(limits["max_file_size_mb"]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    nofile = int(limits["max_open_files"])
-    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    wanted = {
+        resource.RLIMIT_CPU: (cpu, cpu + 1),
+        resource.RLIMIT_FSIZE: (fsize, fsize),
+        resource.RLIMIT_NOFILE: (int(limits["max_open_files"]),) * 2,
+        resource.RLIMIT_CORE: (0, 0),
+    }
+    for which, (soft, hard) in wanted.items():
+        # Never above the jail's own hard limit, which nsjail set and nothing can raise.
+        _, jail_hard = resource.getrlimit(which)
+        if jail_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, jail_hard), min(hard, jail_hard)
+        resource.setrlimit(which, (soft, hard))
 
 
 def _fresh_std_streams() -> None:

@@ -1,0 +1,40 @@
+"""`rl-sandbox run`: one program in the jail, no service, the result printed as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+
+from sandbox_service.execution import ExecutionSpec, Limits
+from sandbox_service.jail import create_executor
+from sandbox_service.result_wire import result_to_wire
+from sandbox_service.settings import Settings
+
+
+def run_once(args: argparse.Namespace) -> int:
+    """Run the program named by the arguments; exit 0 when it ran (whatever its status)."""
+    settings = Settings()
+    if args.file == "-":
+        code = sys.stdin.read()
+    else:
+        with open(args.file, encoding="utf-8") as f:
+            code = f.read()
+    limits = Limits(
+        timeout_s=args.timeout,
+        memory_mb=args.memory_mb,
+        max_processes=settings.default_max_processes,
+        max_output_bytes=settings.max_output_bytes,
+        max_file_size_mb=settings.max_file_size_mb,
+        max_open_files=settings.max_open_files,
+    )
+    spec = ExecutionSpec(code=code, stdin=args.stdin, limits=limits, execution_id=uuid.uuid4().hex)
+    executor = create_executor(settings, slot=0, mode=args.mode)
+    try:
+        result = executor.run(spec)
+    finally:
+        executor.close()
+    json.dump(result_to_wire(result).model_dump(mode="json"), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,54 @@
+"""Fixtures: a real jailed executor (nsjail, seccomp, cgroups) in each mode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits
+from sandbox_service.jail import JailExecutor
+from sandbox_service.settings import Settings
+
+RunFn = Callable[..., ExecutionResult]
+
+TEST_LIMITS = Limits(timeout_s=5.0, memory_mb=512, max_processes=32, max_output_bytes=4096)
+
+
+@pytest.fixture(scope="module", params=["warm", "cold"])
+def executor(request: pytest.FixtureRequest) -> Iterator[JailExecutor]:
+    settings = Settings(cgroup_parent="rl-sandbox-test", max_open_files=64)
+    ex = JailExecutor(settings, slot=7, mode=request.param)
+    yield ex
+    ex.close()
+
+
+@pytest.fixture(scope="module")
+def warm_executor() -> Iterator[JailExecutor]:
+    ex = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=8, mode="warm")
+    yield ex
+    ex.close()
+
+
+@pytest.fixture
+def run(executor: JailExecutor) -> RunFn:
+    """Run code with the test limits, overridable by keyword; checks the executor stays healthy."""
+
+    def _run(
+        code: str,
+        stdin: str = "",
+        files: dict[str, bytes] | None = None,
+        fetch_files: tuple[str, ...] = (),
+        **limit_overrides: object,
+    ) -> ExecutionResult:
+        limits = Limits(**{**_limits_dict(TEST_LIMITS), **limit_overrides})  # type: ignore[arg-type]
+        spec = ExecutionSpec(
+            code=code, stdin=stdin, files=files or {}, fetch_files=fetch_files, limits=limits
+        )
+        return executor.run(spec)
+
+    return _run
+
+
+def _limits_dict(limits: Limits) -> dict[str, object]:
+    return {name: getattr(limits, name) for name in limits.__slots__}  # type: ignore[attr-defined]

@@ -1,0 +1,514 @@
+"""Hostile programs against the real jail, in warm and cold mode: each gets the right status
+and leaves the executor healthy for the next call."""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+
+import pytest
+
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
+from sandbox_service.jail import JailExecutor
+from tests.jail.conftest import RunFn
+
+
+def code(text: str) -> str:
+    return textwrap.dedent(text).strip() + "\n"
+
+
+@pytest.fixture(autouse=True)
+def healthy_after(run: RunFn) -> object:
+    """After every hostile program, the same executor still runs a trivial one correctly."""
+    yield
+    after = run("print('still healthy')")
+    assert after.status == Status.OK, after
+    assert after.stdout == "still healthy\n"
+
+
+def test_cpu_spin_times_out(run: RunFn) -> None:
+    result = run("while True: pass", timeout_s=1.0)
+    assert result.status == Status.TIMEOUT
+    assert 0.9 <= result.wall_time < 3.0
+    assert result.exit_code is None
+
+
+def test_sleep_hits_the_wall_clock(run: RunFn) -> None:
+    result = run("import time; time.sleep(60)", timeout_s=1.0)
+    assert result.status == Status.TIMEOUT
+    assert result.cpu_time < 0.5
+
+
+def test_program_ignoring_signals_and_exceptions_is_still_stopped(run: RunFn) -> None:
+    result = run(
+        code("""
+        import signal, time
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGXCPU):
+            signal.signal(s, signal.SIG_IGN)
+        while True:
+            try:
+                time.sleep(10)
+            except BaseException:
+                pass
+        """),
+        timeout_s=1.0,
+    )
+    assert result.status == Status.TIMEOUT
+
+
+def test_cpu_time_limit_is_enforced_per_process(run: RunFn) -> None:
+    result = run("while True: pass", timeout_s=10.0, cpu_time_s=1.0)
+    assert result.status == Status.TIMEOUT
+    assert result.signal == signal.SIGXCPU
+    assert result.wall_time < 5.0
+
+
+def test_fork_bomb_stops_at_the_process_limit(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os, time
+        n = 0
+        try:
+            while True:
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                n += 1
+        except OSError as e:
+            print(n, e.errno)
+        """),
+        timeout_s=5.0,
+        max_processes=20,
+    )
+    assert result.status == Status.OK, result
+    forked, errno = map(int, result.stdout.split())
+    assert forked <= 20
+    assert errno == 11  # EAGAIN from the pids cgroup
+
+
+def test_thread_bomb_stops_at_the_process_limit(run: RunFn) -> None:
+    result = run(
+        code("""
+        import threading, time
+        threads = []
+        try:
+            while True:
+                t = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+                t.start()
+                threads.append(t)
+        except RuntimeError as e:
+            print(len(threads))
+        """),
+        max_processes=16,
+    )
+    assert result.status == Status.OK, result
+    assert int(result.stdout) <= 16
+
+
+def test_memory_bomb_is_killed_by_the_cgroup(run: RunFn) -> None:
+    result = run("x = bytearray(2 * 1024**3)\nprint('allocated')", memory_mb=200)
+    assert result.status == Status.MEMORY_LIMIT, result
+    assert "allocated" not in result.stdout
+
+
+def test_memory_bomb_spread_over_children_is_caught(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os, sys, time
+        pids = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                block = bytearray(90 * 1024 * 1024)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(2)
+                os._exit(0)
+            pids.append(pid)
+        failed = 0
+        for pid in pids:
+            _, status = os.waitpid(pid, 0)
+            failed += os.WIFSIGNALED(status)
+        sys.exit(1 if failed else 0)
+        """),
+        memory_mb=200,
+        timeout_s=8.0,
+    )
+    assert result.status == Status.MEMORY_LIMIT, result
+
+
+def test_peak_memory_is_reported(run: RunFn) -> None:
+    result = run("x = bytearray(100 * 1024 * 1024)\nx[::4096] = b'1' * len(x[::4096])")
+    assert result.status == Status.OK, result
+    assert result.peak_memory_mb is not None and result.peak_memory_mb >= 100
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import sys\nwhile True: sys.stdout.write('y' * 65536)",
+        "while True: print('a line of output')",
+        "import sys\nsys.stdout.write('z' * (50 * 1024 * 1024))",
+    ],
+    ids=["no-newlines-forever", "lines-forever", "one-huge-write"],
+)
+def test_output_flood_is_capped_not_buffered(run: RunFn, program: str) -> None:
+    result = run(program, timeout_s=1.5, max_output_bytes=4096)
+    assert result.status in (Status.OK, Status.TIMEOUT)
+    assert result.stdout_truncated
+    assert len(result.stdout.encode()) == 4096
+
+
+def test_stderr_flood_is_capped_separately(run: RunFn) -> None:
+    result = run("import sys\nsys.stderr.write('e' * 100000)\nprint('fine')")
+    assert result.status == Status.OK
+    assert result.stdout == "fine\n" and not result.stdout_truncated
+    assert result.stderr_truncated and len(result.stderr) == 4096
+
+
+def test_invalid_utf8_is_replaced(run: RunFn) -> None:
+    result = run("import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe end')")
+    assert result.status == Status.OK
+    assert result.stdout == "ok \ufffd\ufffd end"
+
+
+def test_disk_fill_fails_inside_the_program(run: RunFn) -> None:
+    result = run(
+        code("""
+        chunk = b'x' * (1 << 20)
+        with open('big', 'wb') as f:
+            while True:
+                f.write(chunk)
+        """),
+        max_file_size_mb=16,
+    )
+    assert result.status == Status.ERROR
+    assert "File too large" in result.stderr or "No space left" in result.stderr
+
+
+def test_inode_fill_fails_and_is_wiped(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os
+        n = 0
+        try:
+            while True:
+                open(f'/tmp/f{n}', 'w').close()
+                n += 1
+        except OSError as e:
+            print(n, e.errno)
+        """),
+        timeout_s=20.0,
+    )
+    assert result.status == Status.OK, result
+    assert int(result.stdout.split()[1]) == 28  # ENOSPC: out of inodes
+    after = run("import os; print(len(os.listdir('/tmp')))")
+    assert after.stdout == "0\n"
+
+
+def test_fd_exhaustion_stops_at_the_limit(run: RunFn) -> None:
+    result = run(
+        code("""
+        fs = []
+        try:
+            while True:
+                fs.append(open('/dev/null'))
+        except OSError as e:
+            print(len(fs), e.errno)
+        """),
+        max_open_files=64,
+    )
+    count, errno = map(int, result.stdout.split())
+    assert count < 64 and errno == 24  # EMFILE
+
+
+def test_loopback_services_of_the_host_are_unreachable(run: RunFn) -> None:
+    result = run(
+        code("""
+        import socket
+        s = socket.socket()
+        s.settimeout(2)
+        try:
+            s.connect(('127.0.0.1', 6379))
+            print('connected')
+        except OSError as e:
+            print('refused', type(e).__name__)
+        print(sorted(name for _, name in socket.if_nameindex()))
+        """)
+    )
+    assert result.status == Status.OK
+    assert result.stdout.splitlines() == ["refused ConnectionRefusedError", "['lo']"]
+
+
+def test_environment_is_minimal_and_fixed(run: RunFn, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run("import os\nfor k in sorted(os.environ): print(k)")
+    names = set(result.stdout.split())
+    assert names <= {
+        "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "USER", "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "MPLBACKEND",
+    }
+    assert "REDIS_URL" not in names
+
+
+def test_proc_shows_only_the_jail(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os
+        pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+        print(pids)
+        try:
+            open('/proc/1/environ').read()
+            print('zygote environ readable')
+        except PermissionError:
+            print('denied')
+        """)
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[1, 2]" or lines[0].startswith("[1, ")
+    assert len(eval(lines[0])) <= 3  # noqa: S307 - the zygote and the program (and pid 2 maybe)
+    assert lines[1] == "denied"
+
+
+def test_host_files_are_not_visible(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os
+        for path in ['/etc/shadow', '/etc/hostname', '/root/.bashrc', '/var/log', '/home/root',
+                     '/sys/fs/cgroup', '/run']:
+            print(path, os.path.exists(path))
+        print(os.getuid(), os.getgid())
+        """)
+    )
+    lines = result.stdout.splitlines()
+    assert all(line.endswith("False") for line in lines[:-1]), lines
+    assert lines[-1] == "1000 1000"
+
+
+def test_runtime_is_read_only(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os, sys, sympy
+        for path in [sys.executable, sympy.__file__, '/usr/bin/newfile', '/etc/passwd']:
+            try:
+                open(path, 'ab').close()
+                print(path, 'writable')
+            except OSError as e:
+                print(path, 'denied', e.errno)
+        """)
+    )
+    assert "writable" not in result.stdout, result.stdout
+    assert result.stdout.count("denied") == 4
+
+
+def test_ptrace_kills_the_program(run: RunFn) -> None:
+    result = run("import ctypes\nctypes.CDLL(None).ptrace(0, 0, 0, 0)\nprint('traced')")
+    assert result.status == Status.KILLED
+    assert result.signal == signal.SIGSYS
+    assert "traced" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["os.unshare(os.CLONE_NEWUSER)", "ctypes.CDLL(None).mount(b'x', b'/tmp', b'tmpfs', 0, 0)"],
+)
+def test_namespace_and_mount_calls_kill_the_program(run: RunFn, call: str) -> None:
+    result = run(f"import os, ctypes\n{call}\nprint('escaped')")
+    assert result.status == Status.KILLED and result.signal == signal.SIGSYS
+    assert "escaped" not in result.stdout
+
+
+def test_setuid_is_refused(run: RunFn) -> None:
+    result = run("import os\ntry:\n    os.setuid(0)\nexcept OSError as e:\n    print(e.errno)\nprint(os.getuid())")
+    assert result.status == Status.OK
+    errno, uid = result.stdout.split()
+    assert errno in ("1", "22") and uid == "1000"  # EPERM, or EINVAL: uid 0 is not even mapped
+
+
+def test_killing_the_zygote_and_everyone(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os, signal
+        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGSTOP):
+            os.kill(1, sig)  # delivered, and ignored: init has no handler for them
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            print('nobody else to kill')
+        print('alive')
+        """)
+    )
+    assert result.status == Status.OK
+    assert result.stdout == "nobody else to kill\nalive\n"
+
+
+def test_zygote_survives_hostile_programs(warm_executor: JailExecutor) -> None:
+    before = warm_executor.zygote_pid()
+    assert before is not None
+    attacks = [
+        "import os, signal\nos.kill(1, signal.SIGKILL)\nos.kill(1, signal.SIGSTOP)",
+        "import ctypes\nctypes.CDLL(None).ptrace(16, 1, 0, 0)",
+        "import resource\nresource.prlimit(1, resource.RLIMIT_CPU, (1, 1))",
+        "open('/proc/1/oom_score_adj', 'w').write('1000')",
+        "open('/proc/1/mem', 'rb').read(1)",
+    ]
+    statuses = [warm_executor.run(ExecutionSpec(code=attack)).status for attack in attacks]
+    assert statuses == [Status.OK, Status.KILLED, Status.KILLED, Status.ERROR, Status.ERROR]
+    after = warm_executor.run(ExecutionSpec(code="print('zygote fine')"))
+    assert after.stdout == "zygote fine\n"
+    assert warm_executor.zygote_pid() == before
+
+
+def test_daemons_do_not_outlive_the_call(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(0.5)
+                open('/tmp/daemon-was-here', 'w').write('x')
+                time.sleep(60)
+            os._exit(0)
+        print('parent done')
+        """)
+    )
+    assert result.status == Status.OK
+    check = run(
+        code("""
+        import os, time
+        time.sleep(1)
+        print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+        print(os.path.exists('/tmp/daemon-was-here'))
+        """)
+    )
+    pids, exists = check.stdout.splitlines()
+    assert len(eval(pids)) == 2  # noqa: S307 - the zygote and this program only
+    assert exists == "False"
+
+
+def test_nothing_leaks_between_executions(run: RunFn) -> None:
+    first = run(
+        code("""
+        import builtins, json, os, sys, types
+        builtins.LEAK = 1
+        json.LEAK = 1
+        sys.modules['leaked_module'] = types.ModuleType('leaked_module')
+        os.environ['LEAKED'] = '1'
+        GLOBAL_LEAK = 1
+        open('workfile.txt', 'w').write('x')
+        open('/tmp/tmpfile.txt', 'w').write('x')
+        open('/dev/shm/shmfile', 'w').write('x')
+        with open('mymod.py', 'w') as f:
+            f.write('VALUE = 1')
+        import mymod
+        """)
+    )
+    assert first.status == Status.OK, first
+    second = run(
+        code("""
+        import builtins, json, os, sys
+        print(hasattr(builtins, 'LEAK'), hasattr(json, 'LEAK'), 'leaked_module' in sys.modules,
+              'LEAKED' in os.environ, 'GLOBAL_LEAK' in globals(), 'mymod' in sys.modules)
+        print(os.listdir('.'), os.listdir('/tmp'), os.listdir('/dev/shm'))
+        """)
+    )
+    assert second.stdout.splitlines() == [
+        "False False False False False False",
+        "[] [] []",
+    ]
+
+
+def test_random_state_differs_between_executions(run: RunFn) -> None:
+    program = "import random, numpy\nprint(random.random(), numpy.random.random())"
+    first, second = run(program), run(program)
+    assert first.status == second.status == Status.OK
+    assert first.stdout != second.stdout
+
+
+def test_segfault_is_killed(run: RunFn) -> None:
+    result = run("import ctypes\nctypes.string_at(0)")
+    assert result.status == Status.KILLED
+    assert result.signal == signal.SIGSEGV
+
+
+def test_deep_recursion_is_an_error(run: RunFn) -> None:
+    result = run("def f(n): return f(n + 1)\nf(0)")
+    assert result.status == Status.ERROR
+    assert "RecursionError" in result.stderr
+
+
+def test_unbounded_recursion_limit_crashes_cleanly(run: RunFn) -> None:
+    result = run("import sys\nsys.setrecursionlimit(10**8)\ndef f(n): return f(n + 1)\nf(0)")
+    # Python frames live on the heap (3.12): the memory limit or the C stack ends it.
+    assert result.status in (Status.KILLED, Status.ERROR, Status.MEMORY_LIMIT)
+
+
+@pytest.mark.parametrize(
+    ("program", "status", "exit_code", "stderr_part"),
+    [
+        ("import sys; sys.exit(0)", Status.OK, 0, ""),
+        ("import sys; sys.exit(3)", Status.ERROR, 3, ""),
+        ("import os; os._exit(7)", Status.ERROR, 7, ""),
+        ("raise SystemExit('bye')", Status.ERROR, 1, "bye"),
+        ("raise ValueError('boom')", Status.ERROR, 1, "ValueError: boom"),
+        ("def f(:\n  pass", Status.ERROR, 1, "SyntaxError"),
+        ("raise MemoryError()", Status.MEMORY_LIMIT, 1, "MemoryError"),
+    ],
+)
+def test_exit_codes_and_errors(
+    run: RunFn, program: str, status: Status, exit_code: int, stderr_part: str
+) -> None:
+    result = run(program)
+    assert (result.status, result.exit_code) == (status, exit_code), result
+    assert stderr_part in result.stderr
+
+
+def test_stdin_is_fed(run: RunFn) -> None:
+    result = run("import sys\nlines = sys.stdin.read().split()\nprint(sum(map(int, lines)))",
+                 stdin="1 2 3\n4\n")
+    assert result.stdout == "10\n"
+
+
+def test_huge_unread_stdin_does_not_block(run: RunFn) -> None:
+    result = run("print('ignored stdin')", stdin="x" * (8 * 1024 * 1024))
+    assert result.status == Status.OK and result.stdout == "ignored stdin\n"
+
+
+def test_files_in_and_out(run: RunFn) -> None:
+    result = run(
+        "data = open('in/data.txt').read()\nopen('out.txt', 'w').write(data.upper())",
+        files={"in/data.txt": b"hello"},
+        fetch_files=("out.txt", "missing.txt"),
+    )
+    assert result.status == Status.OK, result
+    assert result.files == {"out.txt": b"HELLO"}
+
+
+def test_fetch_never_follows_symlinks_out(run: RunFn) -> None:
+    result = run(
+        "import os\nos.symlink('/etc/passwd', 'link.txt')\nos.symlink('/proc', 'dir')",
+        fetch_files=("link.txt", "dir/1/environ"),
+    )
+    assert result.status == Status.OK
+    assert result.files == {}
+
+
+def test_numpy_and_sympy_work_at_default_limits(run: RunFn) -> None:
+    result = run(
+        code("""
+        import numpy as np
+        import sympy as sp
+        x = sp.symbols('x')
+        print(sp.solve(x**2 - 4*x + 3, x))
+        a = np.array([[2.0, 1.0], [1.0, 3.0]])
+        print(np.round(np.linalg.solve(a, [3.0, 5.0]), 6).tolist())
+        """),
+        memory_mb=1024,
+        max_processes=64,
+    )
+    assert result.status == Status.OK, result
+    assert result.stdout.splitlines() == ["[1, 3]", "[0.8, 1.4]"]
+
+
+def _status_summary(result: ExecutionResult) -> tuple[str, int | None, int | None, str]:
+    return (result.status.value, result.exit_code, result.signal, result.stdout)

@@ -1,0 +1,57 @@
+"""The status table of sandbox_service.jail.outcome, row by row."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from sandbox_service.execution import Status
+from sandbox_service.jail.capture import CappedBuffer
+from sandbox_service.jail.outcome import RawOutcome, classify
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (RawOutcome(0, None, False, False), Status.OK),
+        (RawOutcome(3, None, False, False), Status.ERROR),
+        (RawOutcome(None, signal.SIGKILL, True, False), Status.TIMEOUT),
+        (RawOutcome(None, signal.SIGKILL, False, True), Status.MEMORY_LIMIT),
+        (RawOutcome(1, None, False, True), Status.MEMORY_LIMIT),
+        (RawOutcome(0, None, False, True), Status.OK),
+        (RawOutcome(None, signal.SIGXCPU, False, False), Status.TIMEOUT),
+        (RawOutcome(None, signal.SIGSYS, False, False), Status.KILLED),
+        (RawOutcome(None, signal.SIGSEGV, False, False), Status.KILLED),
+        (RawOutcome(1, None, False, False, "Traceback...\nMemoryError\n"), Status.MEMORY_LIMIT),
+        (RawOutcome(1, None, False, False, "MemoryError: big\n\n"), Status.MEMORY_LIMIT),
+        (RawOutcome(1, None, False, False, "print('MemoryError')\nValueError"), Status.ERROR),
+        (RawOutcome(None, None, False, False, jail_failed=True), Status.SANDBOX_ERROR),
+        (RawOutcome(None, signal.SIGKILL, True, True), Status.TIMEOUT),
+    ],
+)
+def test_classify(raw: RawOutcome, status: Status) -> None:
+    assert classify(raw) == status
+
+
+def test_capped_buffer_keeps_the_head_and_flags_the_rest() -> None:
+    buf = CappedBuffer(10)
+    buf.feed(b"hello ")
+    assert not buf.truncated
+    buf.feed(b"world and more")
+    buf.feed(b"even more")
+    assert buf.truncated
+    assert buf.text() == "hello worl"
+
+
+def test_capped_buffer_exact_fit_is_not_truncated() -> None:
+    buf = CappedBuffer(4)
+    buf.feed(b"abcd")
+    buf.feed(b"")
+    assert not buf.truncated and buf.text() == "abcd"
+
+
+def test_capped_buffer_replaces_invalid_utf8() -> None:
+    buf = CappedBuffer(100)
+    buf.feed(b"a\xffb")
+    assert buf.text() == "a\ufffdb"
