@@ -75,7 +75,7 @@ def policy_loss(
             f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
             f"loss_mask {tuple(loss_mask.shape)} must have one shape (B, T)"
         )
-    if advantages.ndim == 1:
+    if advantages.ndim == 1 and advantages.shape[0] == logprobs.shape[0]:
         advantages = advantages.unsqueeze(-1).expand_as(logprobs)
     if advantages.shape != logprobs.shape:
         raise ValueError(f"advantages {tuple(advantages.shape)} must be (B,) or (B, T)")

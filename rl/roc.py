@@ -7,6 +7,7 @@ leaves odd counts open):
 
     m = len(group); m < keep: drop the group; m == keep: keep it all
     k_pos = round(|pos| * keep / m), k_neg = round(|neg| * keep / m)   (round half to even)
+    k_pos + k_neg != keep (only possible for odd keep) -> k_neg = keep - k_pos
     k_neg < min_neg and k_pos < min_pos        -> keep the whole group
     k_neg <= min(min_neg, |neg|)               -> k_neg = min(min_neg, |neg|), k_pos = keep - k_neg
     then k_pos <= min(min_pos, |pos|)          -> k_pos = min(min_pos, |pos|), k_neg = keep - k_pos
@@ -45,6 +46,11 @@ def quotas(
     # round() does on floats that happen to be exact.
     k_pos = round(Fraction(n_pos * keep, m))
     k_neg = round(Fraction(n_neg * keep, m))
+    if k_pos + k_neg != keep:
+        # Both shares end in .5 and round the same way, e.g. 3 + 11 -> 7 gives 2 + 6: the
+        # release asserts and stops. keep - k_pos is the same count wherever the release runs,
+        # and never more than n_neg.
+        k_neg = keep - k_pos
     if k_neg < min_neg and k_pos < min_pos:
         return n_pos, n_neg
     if k_neg <= min(min_neg, n_neg):

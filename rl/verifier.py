@@ -2,41 +2,44 @@
 
 sympy can hang for minutes, in C code that holds the GIL and ignores signals (a big-integer
 power such as 9^(9^(9^9))), so neither signal.alarm nor a thread can bound a check. Each check
-runs in a worker process (`rl.verify_worker`); when it overruns its limit the worker is SIGKILLed,
-answered as a time-out, and replaced by a fresh one in the background. The caller waits on
-pipes with a deadline and never on a process.
+runs in a worker process (`rl.verify_worker.serve`); when it overruns its limit the worker is
+SIGKILLed, answered as a time-out, and replaced. The caller waits on pipes with a deadline,
+never on a process.
+
+Workers are forked by multiprocessing's fork server with sympy and math-verify preloaded, so a
+replacement is ready in milliseconds, not the seconds an import of sympy takes; the fork server
+is a clean process, safe with CUDA and threads in the trainer. The fork server is one per
+program: if something else started it first, without our preload, workers import sympy
+themselves (same guarantees, slower restarts). When the trainer dies the fork server exits and
+the workers with it (PR_SET_PDEATHSIG).
 
 Bounds: `check` returns within `timeout_s` (plus a few milliseconds) of being called, whatever the
-workers are doing, waiting for a ready worker included; so right after several time-outs in a
-row, while every worker restarts, it answers "unavailable". In `check_many`, which a trainer
-should use, each item gets `timeout_s` from the moment a worker takes it, so restarts delay a
-batch but never cost an item its verdict. One lock serialises callers. Create the pool at
-start-up: starting a worker costs about 2 s (sympy's import).
-Workers are Linux-killed with their parent; create the pool from a long-lived thread (the main
-thread), because PR_SET_PDEATHSIG fires when the creating thread exits.
+workers are doing; if no worker is ready in that time (all restarting) it answers "unavailable".
+In `check_many`, which a trainer should use, each item gets `timeout_s` from the moment a worker
+takes it, so restarts may delay a batch but never cost an item its verdict. One lock serialises
+callers.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import json
-import os
-import select
-import subprocess
-import sys
+import multiprocessing
+import multiprocessing.connection
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any, Literal
 
+from rl import verify_worker
+
 VerdictStatus = Literal["ok", "timeout", "error", "crashed", "unavailable"]
 
-# `python -m rl.verify_worker` must import this very package, installed or not.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_PRELOAD = ["rl.verify_worker", "rl.math_equal"]
 # The worker's soft timer fires this long before the parent's SIGKILL would, so a check that is
 # merely slow in Python code ends without losing the worker.
 _SOFT_FRACTION = 0.8
@@ -58,56 +61,11 @@ class Verdict:
     elapsed_s: float
 
 
+@dataclass(slots=True)
 class _Worker:
-    """One worker process and the bytes read from it so far."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            bufsize=0,
-            start_new_session=True,  # a Ctrl-C in the trainer's terminal is not ours to act on
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin = self.proc.stdin
-        self.fd = self.proc.stdout.fileno()
-        os.set_blocking(self.fd, False)
-        self.started_at = time.monotonic()
-        self._buffer = b""
-
-    def send(self, message: dict[str, Any]) -> bool:
-        """Write one request; False when the worker is gone."""
-        try:
-            self.stdin.write((json.dumps(message) + "\n").encode())
-        except (BrokenPipeError, OSError):
-            return False
-        return True
-
-    def read(self) -> tuple[list[dict[str, Any]], bool]:
-        """Complete messages available now, and whether the worker closed its end (died)."""
-        closed = False
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                closed = True
-                break
-            self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()], closed
-
-    def kill(self) -> None:
-        """SIGKILL without waiting; the pool reaps it later."""
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+    process: BaseProcess
+    conn: Connection
+    started_at: float
 
 
 @dataclass(slots=True)
@@ -130,8 +88,9 @@ class VerifierPool:
         memory_mb: int | None = 4096,
         startup_timeout_s: float = 120.0,
         soft_timeout: bool = True,
+        start_method: Literal["forkserver", "spawn"] = "forkserver",
     ) -> None:
-        """Start `workers` processes and wait until each has imported sympy.
+        """Start `workers` processes and wait until each can take checks.
 
         memory_mb is each worker's RLIMIT_AS (None: unlimited). soft_timeout=False leaves the
         SIGKILL at timeout_s as the only limit (tests use it to exercise that path).
@@ -141,26 +100,32 @@ class VerifierPool:
         self.size = workers
         self.timeout_s = timeout_s
         self.rel_tol = rel_tol
+        self.memory_mb = memory_mb
         self.startup_timeout_s = startup_timeout_s
         self.soft_timeout = soft_timeout
-        self._argv = [sys.executable, "-m", "rl.verify_worker", "--parent-pid", str(os.getpid())]
-        self._argv += ["--memory-mb", str(memory_mb or 0)]
-        pythonpath = os.environ.get("PYTHONPATH", "")
-        self._env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(p for p in (_PACKAGE_ROOT, pythonpath) if p)
-        )
+        self._context: ForkServerContext | SpawnContext
+        if start_method == "forkserver":
+            self._context = multiprocessing.get_context("forkserver")
+            # Takes effect only if the fork server is not running yet (see the module doc).
+            self._context.set_forkserver_preload(_PRELOAD)
+        else:
+            self._context = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._idle: collections.deque[_Worker] = collections.deque()
         self._starting: list[_Worker] = []
-        self._dying: list[subprocess.Popen[bytes]] = []
+        self._dying: list[BaseProcess] = []
         self._failed_starts = 0
         self._closed = False
         self.restarts = 0
         """Workers replaced after a time-out or a crash, over the pool's life."""
-        for _ in range(workers):
-            self._starting.append(_Worker(self._argv, self._env))
-        with self._lock:
-            self._wait_until_ready()
+        try:
+            with self._lock:
+                for _ in range(workers):
+                    self._start_worker()
+                self._wait_until_ready()
+        except BaseException:
+            self.close()
+            raise
 
     # -- public -------------------------------------------------------------------------------
 
@@ -174,8 +139,8 @@ class VerifierPool:
     ) -> list[Verdict]:
         """Judge (prediction, gold) pairs in parallel; each gets timeout_s once a worker takes it.
 
-        deadline (time.monotonic() value) also bounds the whole call: items not finished by
-        then are answered as time-outs.
+        deadline (a time.monotonic() value) also bounds the whole call: items not finished by
+        then are answered "timeout", items never started "unavailable".
         """
         items = list(pairs)
         with self._lock:
@@ -183,18 +148,23 @@ class VerifierPool:
                 raise VerifierError("the verifier pool is closed")
             return self._run(items, deadline)
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers not busy with a check (all of them between calls)."""
+        with self._lock:
+            return [w.process.pid for w in [*self._idle, *self._starting] if w.process.pid]
+
     def close(self) -> None:
-        """Stop every worker (idle ones by EOF, busy or starting ones by SIGKILL)."""
+        """SIGKILL every worker and reap it; the pool cannot be used afterwards."""
         with self._lock:
             self._closed = True
-            for worker in list(self._idle) + self._starting:
-                worker.kill()
-                self._dying.append(worker.proc)
+            for worker in [*self._idle, *self._starting]:
+                self._kill(worker)
             self._idle.clear()
             self._starting.clear()
-            for proc in self._dying:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
+            for process in self._dying:
+                process.join(timeout=5)
+                if process.exitcode is not None:
+                    process.close()
             self._dying.clear()
 
     def __enter__(self) -> VerifierPool:
@@ -213,7 +183,7 @@ class VerifierPool:
     def _run(self, items: Sequence[tuple[str, str]], deadline: float | None) -> list[Verdict]:
         results: list[Verdict | None] = [None] * len(items)
         pending = collections.deque(range(len(items)))
-        busy: dict[int, _Job] = {}  # fd -> job
+        busy: dict[Connection, _Job] = {}
         call_start = time.monotonic()
 
         while pending or busy:
@@ -231,22 +201,24 @@ class VerifierPool:
             while pending and self._idle:
                 worker = self._idle.popleft()
                 index = pending.popleft()
-                prediction, gold = items[index]
                 job_deadline = now + self.timeout_s
                 if deadline is not None:
                     job_deadline = min(job_deadline, deadline)
                 soft_s = max(0.05, (job_deadline - now) * _SOFT_FRACTION)
+                prediction, gold = items[index]
                 request = {
                     "prediction": prediction,
                     "gold": gold,
                     "rel_tol": self.rel_tol,
                     "soft_timeout_s": soft_s if self.soft_timeout else 0.0,
                 }
-                if worker.send(request):
-                    busy[worker.fd] = _Job(index, worker, now, job_deadline)
-                else:
+                try:
+                    worker.conn.send(request)
+                except (BrokenPipeError, OSError):  # died while idle
                     self._replace(worker)
                     pending.appendleft(index)
+                    continue
+                busy[worker.conn] = _Job(index, worker, now, job_deadline)
             if pending and not self._idle and not busy and not self._starting:
                 self._start_worker()
 
@@ -254,99 +226,118 @@ class VerifierPool:
             wake += [w.started_at + self.startup_timeout_s for w in self._starting]
             if deadline is not None:
                 wake.append(deadline)
-            ready_fds = self._poll([*busy, *(w.fd for w in self._starting)], min(wake) - now)
+            ready = multiprocessing.connection.wait(
+                [*busy, *(w.conn for w in self._starting)], max(0.0, min(wake) - now)
+            )
 
-            for fd in ready_fds:
-                if fd in busy:
-                    job = busy[fd]
-                    messages, closed = job.worker.read()
-                    if messages:
-                        del busy[fd]
-                        reply = messages[0]
-                        status = reply.get("status", "error")
-                        results[job.index] = Verdict(
-                            bool(reply.get("equal", False)) and status == "ok",
-                            status if status in ("ok", "timeout", "error") else "error",
-                            time.monotonic() - job.started_at,
-                        )
-                        if closed:
-                            self._replace(job.worker)
-                        else:
-                            self._idle.append(job.worker)
-                    elif closed:  # died mid-check: a segfault, or the memory limit
-                        del busy[fd]
-                        results[job.index] = Verdict(
-                            False, "crashed", time.monotonic() - job.started_at
-                        )
-                        self._replace(job.worker)
+            for conn in ready:
+                job = busy.pop(conn, None)  # type: ignore[call-overload]
+                if job is None:
+                    continue  # a starting worker: handled below
+                reply = self._receive(job.worker)
+                elapsed = time.monotonic() - job.started_at
+                if reply is None:  # died mid-check: a segfault, or the memory limit
+                    results[job.index] = Verdict(False, "crashed", elapsed)
+                    self._replace(job.worker)
+                    continue
+                status: VerdictStatus = "error"
+                if reply.get("status") in ("ok", "timeout"):
+                    status = reply["status"]
+                results[job.index] = Verdict(
+                    bool(reply.get("equal")) and status == "ok", status, elapsed
+                )
+                self._idle.append(job.worker)
             self._collect_started()
 
             now = time.monotonic()
-            for fd, job in list(busy.items()):
+            for conn, job in list(busy.items()):
                 if now >= job.deadline:
-                    del busy[fd]
+                    del busy[conn]
                     results[job.index] = Verdict(False, "timeout", now - job.started_at)
                     self._replace(job.worker)
             self._expire_starting(now)
 
         return [r if r is not None else Verdict(False, "error", 0.0) for r in results]
 
-    def _poll(self, fds: list[int], timeout_s: float) -> set[int]:
-        if not fds:
-            time.sleep(max(0.0, min(timeout_s, 0.05)))
-            return set()
-        poller = select.poll()  # not select.select: a trainer can hold more than 1024 fds
-        for fd in fds:
-            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        events = poller.poll(max(0, int(timeout_s * 1000) + 1))
-        return {fd for fd, _ in events}
+    @staticmethod
+    def _receive(worker: _Worker) -> dict[str, Any] | None:
+        """The worker's next message, or None if it is gone."""
+        try:
+            message: dict[str, Any] = worker.conn.recv()
+        except (EOFError, OSError):
+            return None
+        return message
 
     def _start_worker(self) -> None:
         if self._failed_starts >= _MAX_FAILED_STARTS:
             raise VerifierError(f"{self._failed_starts} verifier workers in a row failed to start")
-        self._starting.append(_Worker(self._argv, self._env))
+        parent_conn, child_conn = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=verify_worker.serve,
+            args=(child_conn, self.memory_mb),
+            name="rl-verifier",
+            daemon=True,  # multiprocessing terminates it at interpreter exit
+        )
+        process.start()
+        child_conn.close()  # so that our end sees EOF when the worker dies
+        self._starting.append(_Worker(process, parent_conn, time.monotonic()))
+
+    def _kill(self, worker: _Worker) -> None:
+        """SIGKILL without waiting; the pool reaps it later."""
+        if worker.process.exitcode is None:
+            worker.process.kill()
+        worker.conn.close()
+        self._dying.append(worker.process)
 
     def _replace(self, worker: _Worker) -> None:
-        """Kill a worker (over its limit, or dead) and start its successor in the background."""
-        worker.kill()
-        self._dying.append(worker.proc)
+        """Kill a worker (over its limit, or dead) and start its successor."""
+        self._kill(worker)
         self.restarts += 1
-        self._start_worker()
+        if not self._closed:
+            self._start_worker()
 
     def _collect_started(self) -> None:
         for worker in list(self._starting):
-            messages, closed = worker.read()
-            if any(m.get("ready") for m in messages):
-                self._starting.remove(worker)
+            if not worker.conn.poll():
+                continue
+            message = self._receive(worker)
+            self._starting.remove(worker)
+            if message is not None and message.get("ready"):
                 self._idle.append(worker)
                 self._failed_starts = 0
-            elif closed:
-                self._starting.remove(worker)
-                worker.kill()
-                self._dying.append(worker.proc)
-                self._failed_starts += 1
-                if self._failed_starts >= _MAX_FAILED_STARTS:
-                    raise VerifierError(
-                        f"verifier workers keep failing to start (last exit code "
-                        f"{worker.proc.poll()}); run `python -m rl.verify_worker --parent-pid 0`"
-                    )
-                self._start_worker()
+                continue
+            self._kill(worker)
+            self._failed_starts += 1
+            if self._failed_starts >= _MAX_FAILED_STARTS:
+                worker.process.join(timeout=5)
+                raise VerifierError(
+                    f"verifier workers keep failing to start (last exit code "
+                    f"{worker.process.exitcode})"
+                )
+            self._start_worker()
 
     def _expire_starting(self, now: float) -> None:
         late = [w for w in self._starting if now - w.started_at >= self.startup_timeout_s]
         if late:
             for worker in late:
                 self._starting.remove(worker)
-                worker.kill()
-                self._dying.append(worker.proc)
+                self._kill(worker)
             raise VerifierError(f"a verifier worker did not start in {self.startup_timeout_s} s")
 
     def _wait_until_ready(self) -> None:
         while self._starting:
             wake = min(w.started_at for w in self._starting) + self.startup_timeout_s
-            self._poll([w.fd for w in self._starting], wake - time.monotonic())
+            multiprocessing.connection.wait(
+                [w.conn for w in self._starting], max(0.0, wake - time.monotonic())
+            )
             self._collect_started()
             self._expire_starting(time.monotonic())
 
     def _reap(self) -> None:
-        self._dying = [proc for proc in self._dying if proc.poll() is None]
+        still = []
+        for process in self._dying:
+            if process.exitcode is None:  # exitcode polls without blocking
+                still.append(process)
+            else:
+                process.close()
+        self._dying = still

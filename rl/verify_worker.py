@@ -1,26 +1,24 @@
-"""One answer-verifier worker process: `python -m rl.verify_worker`, driven by `rl.verifier`.
+"""The body of one answer-verifier worker process, started by `rl.verifier.VerifierPool`.
 
-Protocol, one JSON object per line:
-  worker -> parent, once, after the imports:  {"ready": true}
+Protocol over a multiprocessing Connection (pickled dicts):
+  worker -> parent, once, when it can take checks:  {"ready": True}
   parent -> worker:  {"prediction": str, "gold": str, "rel_tol": float, "soft_timeout_s": float}
   worker -> parent:  {"equal": bool, "status": "ok" | "timeout" | "error", "detail": str}
 
 The soft time-out (an interval timer that raises between bytecodes) saves a restart when sympy
-is slow in Python code; the parent's hard limit (SIGKILL) covers the cases it cannot stop.
-EOF on stdin ends the worker.
+is slow in Python code; the parent's hard limit (SIGKILL) covers what it cannot stop, such as a
+big-integer power in C. EOF on the connection ends the worker.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import os
 import resource
 import signal
-import sys
+from multiprocessing.connection import Connection
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -38,12 +36,13 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL us when the parent dies, so a hung check cannot outlive the trainer."""
+    """Ask Linux to SIGKILL us when our parent (the fork server) dies, as it does with the
+    trainer, so a check stuck in C cannot outlive the trainer."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
-        return  # not Linux: EOF on stdin still ends an idle worker
+        return  # not Linux: EOF on the connection still ends an idle worker
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(0)
 
@@ -70,38 +69,22 @@ def _check(request: dict[str, Any]) -> dict[str, Any]:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _send(out: TextIO, message: dict[str, Any]) -> None:
-    out.write(json.dumps(message) + "\n")
-    out.flush()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Serve checks from stdin until EOF."""
-    parser = argparse.ArgumentParser(prog="rl.verify_worker")
-    parser.add_argument("--parent-pid", type=int, required=True)
-    parser.add_argument("--memory-mb", type=int, default=0, help="RLIMIT_AS; 0: none")
-    args = parser.parse_args(argv)
-
-    _die_with_parent(args.parent_pid)
-    if args.memory_mb > 0:
-        limit = args.memory_mb * 1024 * 1024
+def serve(conn: Connection, memory_mb: int | None) -> None:
+    """Answer checks on conn until EOF (the process target of every worker)."""
+    _die_with_parent(os.getppid())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's; the pool stops us
+    signal.signal(signal.SIGALRM, _on_alarm)
+    if memory_mb:
+        limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    # The protocol owns the real stdout; anything a library prints goes to stderr instead.
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-
-    from rl.math_equal import is_equivalent
+    from rl.math_equal import is_equivalent  # preloaded by the fork server: no cost there
 
     is_equivalent("1", "1")  # load the LaTeX grammar now, not during the first timed check
-    _send(protocol, {"ready": True})
-
-    for line in sys.stdin:
-        if line.strip():
-            _send(protocol, _check(json.loads(line)))
-
-
-if __name__ == "__main__":
-    main()
+    conn.send({"ready": True})
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        conn.send(_check(request))

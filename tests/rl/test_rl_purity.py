@@ -1,0 +1,85 @@
+"""rl/ is a pure core: no service imports, and the trainer process never loads sympy for it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rl
+from rl.config import GRPOConfig
+
+RL_DIR = Path(rl.__file__).resolve().parent
+FORBIDDEN = {"fastapi", "rq", "redis", "httpx", "uvicorn", "sandbox_service", "trainer_client"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("path", sorted(RL_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_no_module_imports_a_service(path: Path) -> None:
+    assert not imported_roots(path) & FORBIDDEN
+
+
+def test_importing_the_selection_and_reward_code_loads_nothing_heavy() -> None:
+    code = (
+        "import json, sys\n"
+        "import rl.reward, rl.roc, rl.penalties, rl.config, rl.answer, rl.verifier\n"
+        "print(json.dumps(sorted(m for m in sys.modules if '.' not in m)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=str(RL_DIR.parent)),
+    )
+    loaded = set(json.loads(out.stdout))
+    assert not loaded & {"sympy", "math_verify", "torch", "numpy", *FORBIDDEN}
+
+
+def test_config_defaults_are_the_papers() -> None:
+    c = GRPOConfig()
+    assert (c.group_size, c.rollouts_per_prompt, c.min_pos, c.min_neg) == (16, 32, 2, 2)
+    assert (c.eps_low, c.eps_high, c.dual_clip) == (0.2, 0.28, None)
+    assert (c.roc_mode, c.err_detector, c.format_rule) == ("paper", "structured", "paper")
+    assert (c.learning_rate, c.warmup_steps, c.prompts_per_step, c.max_turns) == (1e-6, 20, 512, 10)
+
+
+def test_config_fields_each_have_a_docstring() -> None:
+    tree = ast.parse((RL_DIR / "config.py").read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
+    for i, node in enumerate(body):
+        if isinstance(node, ast.AnnAssign):
+            doc = body[i + 1]
+            assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), ast.dump(node)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"min_pos": 10, "min_neg": 10},
+        {"roc_mode": "greedy"},
+        {"err_detector": "regex"},
+        {"eps_low": 1.5},
+        {"dual_clip": 1.0},
+        {"sample_eps": 0.0},
+        {"verify_timeout_s": 0.0},
+    ],
+)
+def test_config_refuses_nonsense(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        GRPOConfig(**bad)  # type: ignore[arg-type]
