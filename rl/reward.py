@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rl.answer import extract_answer
+from rl.config import GRPOConfig
 from rl.verifier import Verdict, VerifierPool
 
 MAX_ANSWER_CHARS = 4096
@@ -22,6 +23,15 @@ costs time that other checks need."""
 
 _default_pool: VerifierPool | None = None
 _default_lock = threading.Lock()
+
+
+def verifier_from_config(config: GRPOConfig) -> VerifierPool:
+    """A pool with the config's workers, time limit and tolerance; the trainer's owns one."""
+    return VerifierPool(
+        workers=config.verify_workers,
+        timeout_s=config.verify_timeout_s,
+        rel_tol=config.verify_rel_tol,
+    )
 
 
 def default_verifier() -> VerifierPool:

@@ -9,7 +9,8 @@ import pytest
 import rl_transcripts as tx
 from conftest import LIMIT_S
 
-from rl.reward import answer_reward, answer_rewards, grade_responses
+from rl.config import GRPOConfig
+from rl.reward import answer_reward, answer_rewards, grade_responses, verifier_from_config
 from rl.verifier import VerifierPool
 
 # Slack over the limit for killing a worker, process scheduling on a busy 2-core machine, and
@@ -141,3 +142,10 @@ def test_a_batch_with_hanging_answers(verifier: VerifierPool) -> None:
     # two workers, two hanging items: about one limit each in parallel, plus the rest
     assert elapsed < 2 * LIMIT_S + 2 * MARGIN_S, elapsed
     assert answer_rewards([final_turn("33")], ["33"]) == [1.0]
+
+
+def test_a_pool_from_the_config() -> None:
+    config = GRPOConfig(verify_workers=1, verify_timeout_s=LIMIT_S)
+    with verifier_from_config(config) as pool:
+        assert (pool.size, pool.timeout_s, pool.rel_tol) == (1, LIMIT_S, config.verify_rel_tol)
+        assert answer_reward(final_turn("\\frac{66}{2}"), "33", verifier=pool) == 1.0
