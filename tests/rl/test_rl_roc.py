@@ -10,7 +10,7 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rl.roc import quotas, roc_select
@@ -186,6 +186,9 @@ def test_paper_mode_with_tiny_eps_takes_the_clean_positives() -> None:
 
 # -- properties ---------------------------------------------------------------------------------
 
+# Derandomized: CI on a shared 2-core machine must not depend on the draw or the load.
+SLOW_OK = [HealthCheck.too_slow]
+
 
 @st.composite
 def groups(draw: st.DrawFn) -> tuple[list[int], list[float], int, int, int]:
@@ -198,7 +201,7 @@ def groups(draw: st.DrawFn) -> tuple[list[int], list[float], int, int, int]:
     return rewards, penalties, keep, min_pos, min_neg
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=SLOW_OK)
 @given(groups(), st.integers(0, 2**32 - 1))
 def test_properties_of_both_modes(
     group: tuple[list[int], list[float], int, int, int], seed: int
@@ -231,7 +234,7 @@ def test_properties_of_both_modes(
     assert [i for i in release if rewards[i] <= 0] == neg[:k_neg]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=SLOW_OK)
 @given(st.integers(1, 40), st.integers(1, 40), st.integers(1, 32))
 def test_quotas_are_proportional_within_one(n_pos: int, n_neg: int, keep: int) -> None:
     m = n_pos + n_neg
