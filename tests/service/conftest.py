@@ -1,0 +1,59 @@
+"""Fixtures: a private Redis, and real service stacks (RQ workers with real jails, the API)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from sandbox_service.redis_server import RedisServer, start_redis_server
+from tests.service.stack import Stack, stack_env
+
+DEFAULT_LIMITS = {
+    "max_code_bytes": 4096,
+    "max_batch": 8,
+    "max_body_bytes": 1024 * 1024,
+    "max_files_bytes": 4096,
+    "max_output_bytes": 4096,
+    "max_timeout": 20,
+    "max_memory_mb": 2048,
+}
+"""Small server limits, so that going over them is cheap to test."""
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("service-logs")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server on a free loopback port (never the machine's 6379)."""
+    server = start_redis_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
+    """The shared stack: two workers and an API with small limits."""
+    env = stack_env(redis_server.url, "main", 62500, **DEFAULT_LIMITS)
+    running = Stack(env, logs_dir / "main.log").start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
+        yield http

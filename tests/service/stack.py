@@ -1,0 +1,126 @@
+"""Real service processes for the tests: `rl-sandbox worker` and `rl-sandbox api` on loopback.
+
+Each stack gets its own queue name, cgroup parent and jail uids, so stacks (and other engineers'
+services on this host) never share an executor slot. Process output goes to a log file whose
+tail is shown when a stack fails to start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from sandbox_service.procs import free_port
+
+READY_TIMEOUT_S = 90.0
+
+
+def stack_env(redis_url: str, name: str, uid_base: int, **settings: object) -> dict[str, str]:
+    """The environment of one stack's processes (settings as RL_SANDBOX_<NAME>)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RL_SANDBOX_")}
+    env.pop("REDIS_URL", None)
+    env.update(
+        {
+            "RL_SANDBOX_REDIS_URL": redis_url,
+            "RL_SANDBOX_QUEUE_NAME": f"rlst-{name}",
+            "RL_SANDBOX_CGROUP_PARENT": f"rl-sandbox-svctest-{name}",
+            "RL_SANDBOX_SANDBOX_UID_BASE": str(uid_base),
+            "RL_SANDBOX_WORKERS": "2",
+            "RL_SANDBOX_LOG_LEVEL": "INFO",
+            "RL_SANDBOX_SHUTDOWN_GRACE_S": "10",
+        }
+    )
+    env.update({f"RL_SANDBOX_{key.upper()}": str(value) for key, value in settings.items()})
+    return env
+
+
+def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start a CLI subcommand in its own session, output appended to log_path."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sandbox_service.cli", *argv],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> int | None:
+    """Signal a process, wait for it (30 s), kill it if needed; returns its exit status."""
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last lines of a log file."""
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Stack:
+    """Workers and one API of a test stack."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, workers: bool = True) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.queue = env["RL_SANDBOX_QUEUE_NAME"]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.workers: subprocess.Popen[bytes] | None = None
+        self.api: subprocess.Popen[bytes] | None = None
+        self.with_workers = workers
+
+    def start(self, ready: bool = True) -> Stack:
+        """Start workers (if any) and the API; wait for /readyz (or just /healthz)."""
+        if self.with_workers and self.workers is None:
+            self.workers = spawn(["worker"], self.env, self.log_path)
+        self.start_api()
+        try:
+            self.wait("/readyz" if ready else "/healthz")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_api(self) -> None:
+        """Start (or restart) the API process on this stack's port."""
+        self.api = spawn(["api", "--port", str(self.port)], self.env, self.log_path)
+
+    def wait(self, path: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until GET path answers 200."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, proc in (("api", self.api), ("workers", self.workers)):
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited early:\n{tail(self.log_path)}")
+            try:
+                key = self.env.get("RL_SANDBOX_API_KEY")
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                if httpx.get(f"{self.url}{path}", headers=headers, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.url}{path} not 200 after {timeout_s} s:\n{tail(self.log_path)}")
+
+    def stop(self) -> None:
+        """Stop the API, then the workers."""
+        stop(self.api)
+        stop(self.workers)
+        self.api = self.workers = None
