@@ -1,16 +1,14 @@
-"""Verifier pools shared by the reward tests: starting a worker costs about 2 s (sympy's import)."""
+"""Verifier pools shared by the reward and verifier tests (the fork server imports sympy once)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from rl_limits import LIMIT_S
 
 import rl.reward
 from rl.verifier import VerifierPool
-
-LIMIT_S = 1.0
-"""The hard time limit the tests' pools enforce."""
 
 
 @pytest.fixture(scope="session")

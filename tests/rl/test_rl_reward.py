@@ -7,15 +7,11 @@ import time
 
 import pytest
 import rl_transcripts as tx
-from conftest import LIMIT_S
+from rl_limits import LIMIT_S, MARGIN_S
 
 from rl.config import GRPOConfig
 from rl.reward import answer_reward, answer_rewards, grade_responses, verifier_from_config
 from rl.verifier import VerifierPool
-
-# Slack over the limit for killing a worker, process scheduling on a busy 2-core machine, and
-# pytest. A check that ignored the limit would take minutes (or never end).
-MARGIN_S = 1.5
 
 
 def final_turn(answer_latex: str, words: str = "The answer is") -> str:

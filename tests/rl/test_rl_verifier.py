@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LIMIT_S
+from rl_limits import LIMIT_S, MARGIN_S
 
 import rl.verifier
 from rl.verifier import VerifierError, VerifierPool
 
-MARGIN_S = 1.5
 HANG = ("9^{9^{9^9}}", "1")
 
 
