@@ -61,7 +61,9 @@ class SlotCgroups:
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise CgroupUnavailable(f"cannot create {path}: {exc} (run workers as root)") from exc
+                raise CgroupUnavailable(
+                    f"cannot create {path}: {exc} (run workers as root)"
+                ) from exc
         self._limit_bytes = int((self._memory / "memory.limit_in_bytes").read_text())
         with contextlib.suppress(OSError):
             (self._memory / "memory.swappiness").write_text("0")

@@ -4,11 +4,12 @@ This file runs *inside* the jail under the jailed interpreter, with the standard
 preloaded scientific stack only; it must not import sandbox_service. The worker imports it too,
 for the framing functions, so importing it does nothing.
 
-Protocol (a Unix stream socket on the descriptor named by --control-fd): each message is a 4-byte big-endian length and a JSON
-body. A `run` request carries four file descriptors (code memfd, stdin, stdout and stderr pipe
-write ends) in SCM_RIGHTS on its first byte.
+Protocol (a Unix stream socket on the descriptor named by --control-fd): each message is a
+4-byte big-endian length and a JSON body. A `run` request carries four file descriptors
+(code memfd, stdin, stdout and stderr pipe write ends) in SCM_RIGHTS on its first byte.
 
     zygote -> worker  {"ready": true, "preload_s": float}
+    worker -> zygote  {"op": "serve"}      (once the zygote is in the slot's cgroups)
     worker -> zygote  {"op": "run", "limits": {...}, "files": {path: b64}, "fetch": [path]}
     zygote -> worker  {"exit_code", "signal", "timed_out", "wall_time", "cpu_time",
                        "files": {path: b64}, "missing": [path], "file_errors": {path: why}}
@@ -23,8 +24,9 @@ its memory cannot be read or written; seccomp denies ptrace and prlimit on other
 from __future__ import annotations
 
 import base64
-import importlib
+import contextlib
 import ctypes
+import importlib
 import json
 import os
 import resource
@@ -37,6 +39,7 @@ import sys
 import time
 import traceback
 import types
+from typing import Any
 
 MAX_FRAME = 1 << 30
 WORK_DIR = "/home/sandbox"
@@ -48,7 +51,7 @@ _HEADER = struct.Struct(">I")
 # --- framing, shared with the worker side ---------------------------------------------------
 
 
-def send_frame(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     """Send one length-prefixed JSON message, with file descriptors on its first byte."""
     body = json.dumps(message, separators=(",", ":")).encode()
     data = _HEADER.pack(len(body)) + body
@@ -59,7 +62,7 @@ def send_frame(sock: socket.socket, message: dict, fds: list[int] | None = None)
         sock.sendall(data)
 
 
-def recv_frame(sock: socket.socket, max_fds: int = 0) -> tuple[dict, list[int]]:
+def recv_frame(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
     """Receive one message and the descriptors sent with it; EOFError when the peer is gone."""
     fds: list[int] = []
     if max_fds:
@@ -86,7 +89,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-_LIBC: list = []
+_LIBC: list[ctypes.CDLL] = []
 
 
 def _libc() -> ctypes.CDLL:
@@ -98,10 +101,11 @@ def _libc() -> ctypes.CDLL:
 # --- preloading -----------------------------------------------------------------------------
 
 STDLIB_PRELOAD = (
-    "math cmath fractions decimal itertools functools collections heapq bisect statistics "
-    "random re json string datetime time typing dataclasses copy operator textwrap io "
-    "traceback struct array enum numbers hashlib base64 pprint threading subprocess"
-).split()
+    *("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections"),
+    *("heapq", "bisect", "statistics", "random", "re", "json", "string", "datetime", "time"),
+    *("typing", "dataclasses", "copy", "operator", "textwrap", "io", "traceback", "struct"),
+    *("array", "enum", "numbers", "hashlib", "base64", "pprint", "threading", "subprocess"),
+)
 
 
 def preload() -> None:
@@ -150,7 +154,7 @@ def preload() -> None:
 # --- the child: becomes the user's program ---------------------------------------------------
 
 
-def _set_limits(limits: dict) -> None:
+def _set_limits(limits: dict[str, Any]) -> None:
     cpu = int(limits["cpu_time_s"])
     fsize = int(limits["max_file_size_mb"]) * 1024 * 1024
     wanted = {
@@ -173,7 +177,7 @@ def _fresh_std_streams() -> None:
     sys.stderr = open(  # noqa: SIM115
         2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
     )
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
 
 
 def _exit_code_of(exc: SystemExit) -> int:
@@ -186,14 +190,10 @@ def _exit_code_of(exc: SystemExit) -> int:
     return 1
 
 
-def run_child(code_fd: int, limits: dict, session: bool = False) -> None:
+def run_child(code_fd: int, limits: dict[str, Any]) -> None:
     """In the forked child: wire up the streams, drop to the limits, run the code, never return."""
     status = 1
     try:
-        _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        with open("/proc/self/oom_score_adj", "w") as f:
-            # The memory limit's OOM killer must pick the program, never the zygote.
-            f.write("1000")
         with os.fdopen(code_fd, "rb") as f:
             source = f.read().decode("utf-8", errors="surrogateescape")
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -202,7 +202,7 @@ def run_child(code_fd: int, limits: dict, session: bool = False) -> None:
         _reseed_random()
         _set_limits(limits)
         status = _run_source(source)
-    except BaseException:  # noqa: BLE001 - the child must always reach os._exit
+    except BaseException:
         try:
             traceback.print_exc()
         finally:
@@ -231,7 +231,7 @@ def _run_source(source: str) -> int:
         exec(compiled, main.__dict__)
     except SystemExit as exc:
         return _exit_code_of(exc)
-    except BaseException as exc:  # noqa: BLE001 - reported like the interpreter reports it
+    except BaseException as exc:
         # Drop this function's own frame: the traceback starts at the program, as with `python -c`.
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         traceback.print_exception(type(exc), exc, tb)
@@ -243,18 +243,14 @@ def _flush_and_finish(status: int) -> int:
     import atexit
     import threading
 
-    try:
+    with contextlib.suppress(BaseException):
         threading._shutdown()  # type: ignore[attr-defined]  # wait for non-daemon threads
-    except BaseException:  # noqa: BLE001, S110
-        pass
-    try:
+    with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001, S110
-        pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             status = status or 120  # the interpreter's status when flushing stdout fails
     return status
 
@@ -266,10 +262,8 @@ def _kill_everyone_else() -> float:
     """SIGKILL every process of the namespace but this one, reap them all, return their CPU."""
     cpu = 0.0
     for _ in range(100):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         cpu += _reap_all(block=True)
         if not any(p.isdigit() and p != "1" for p in os.listdir("/proc")):
             return cpu
@@ -323,10 +317,8 @@ def _open_beneath(rel_path: str, flags: int, create_dirs: bool = False) -> int:
     try:
         for part in parts[:-1]:
             if create_dirs:
-                try:
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=dir_fd)
-                except FileExistsError:
-                    pass
             next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
             os.close(dir_fd)
             dir_fd = next_fd
@@ -335,17 +327,19 @@ def _open_beneath(rel_path: str, flags: int, create_dirs: bool = False) -> int:
         os.close(dir_fd)
 
 
-def _write_files(files: dict) -> None:
+def _write_files(files: dict[str, Any]) -> None:
     for rel_path, b64 in files.items():
         fd = _open_beneath(rel_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
         with os.fdopen(fd, "wb") as f:
             f.write(base64.b64decode(b64))
 
 
-def _fetch_files(paths: list, max_bytes: int) -> tuple[dict, list, dict]:
-    found: dict = {}
-    missing: list = []
-    errors: dict = {}
+def _fetch_files(
+    paths: list[str], max_bytes: int
+) -> tuple[dict[str, str], list[str], dict[str, str]]:
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    errors: dict[str, str] = {}
     for rel_path in paths:
         try:
             fd = _open_beneath(rel_path, os.O_RDONLY | os.O_NONBLOCK)
@@ -368,83 +362,137 @@ def _fetch_files(paths: list, max_bytes: int) -> tuple[dict, list, dict]:
     return found, missing, errors
 
 
-def _wait_child(pid: int, timeout_s: float, sock: socket.socket) -> tuple[int, float, bool]:
-    """Wait for the child, up to the wall-clock limit; return (wait status, cpu, timed out)."""
-    deadline = time.monotonic() + timeout_s
+def _wait_child(pid: int, deadline: float, sock: socket.socket) -> tuple[int, float, bool]:
+    """Wait for the child until the deadline; return (wait status, cpu seconds, timed out)."""
     pidfd = os.pidfd_open(pid)
     try:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return -1, 0.0, True
-            ready, _, _ = select.select([pidfd, sock], [], [], remaining)
+            ready, _, _ = select.select([pidfd, sock.fileno()], [], [], remaining)
             if pidfd in ready:
                 _, status, usage = os.wait4(pid, 0)
                 return status, usage.ru_utime + usage.ru_stime, False
-            if sock in ready:
+            if sock.fileno() in ready:
                 # The worker only writes during a run to abort it (or it went away).
                 return -1, 0.0, True
     finally:
         os.close(pidfd)
 
 
-def handle_run(sock: socket.socket, request: dict, fds: list[int]) -> dict:
-    """Run one execution end to end and describe its outcome."""
-    code_fd, stdin_fd, stdout_fd, stderr_fd = fds
-    limits = request["limits"]
-    file_error = None
+def standby(sock: socket.socket, forward_fd: int) -> None:
+    """A pre-forked child: take the next request, tell the zygote, become the program.
+
+    Forking ahead of the request takes the fork (copying the page tables of the preloaded heap)
+    off the execution's critical path. Never returns.
+    """
     try:
-        _write_files(request.get("files", {}))
-    except (OSError, ValueError) as exc:
-        file_error = f"could not write input files: {exc}"
-    started = time.monotonic()
-    pid = -1 if file_error else os.fork()
-    if pid == 0:
+        # Dumpable again (the zygote is not) so that its /proc files are its own to write.
+        _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            # The memory limit's OOM killer must pick the program, never the zygote.
+            f.write("1000")
+        try:
+            request, fds = recv_frame(sock, max_fds=4)
+        except (EOFError, OSError):
+            request, fds = {"op": "exit"}, []
+        started = time.monotonic()
         sock.close()
+        if request.get("op") != "run" or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            _forward(forward_fd, {"op": request.get("op") or "malformed"})
+            os._exit(0)
+        setup_error = None
+        try:
+            _write_files(request.get("files", {}))
+        except (OSError, ValueError) as exc:
+            setup_error = f"could not write input files: {exc}"
+        _forward(
+            forward_fd,
+            {
+                "op": "run",
+                "started": started,
+                "limits": request["limits"],
+                "fetch": request.get("fetch", []),
+                "max_fetch_bytes": request.get("max_fetch_bytes", 16 << 20),
+                "setup_error": setup_error,
+            },
+        )
+        if setup_error:
+            os._exit(0)
+        code_fd, stdin_fd, stdout_fd, stderr_fd = fds
         os.dup2(stdin_fd, 0)
         os.dup2(stdout_fd, 1)
         os.dup2(stderr_fd, 2)
         os.closerange(3, code_fd)
         os.closerange(code_fd + 1, 1 << 16)
-        run_child(code_fd, limits)
-    for fd in fds:
-        os.close(fd)
-    if file_error:
-        return {"setup_error": file_error}
-    wait_status, cpu, timed_out = _wait_child(pid, float(limits["timeout_s"]), sock)
+    except BaseException:
+        traceback.print_exc()  # to the jail's log: this is our failure, not the program's
+        os._exit(70)
+    run_child(code_fd, request["limits"])
+
+
+def _forward(fd: int, message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode()
+    while data:
+        data = data[os.write(fd, data) :]
+    os.close(fd)
+
+
+def _read_forwarded(fd: int) -> dict[str, Any] | None:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks)) if chunks else None
+
+
+def supervise(pid: int, request: dict[str, Any], sock: socket.socket) -> dict[str, Any]:
+    """Wait for the program to end or time out, kill its whole tree, describe the outcome."""
+    limits = request["limits"]
+    started = float(request["started"])
+    wait_status, cpu, timed_out = _wait_child(pid, started + float(limits["timeout_s"]), sock)
     wall = time.monotonic() - started
     cpu += _kill_everyone_else()
-    result: dict = {"timed_out": timed_out, "wall_time": wall, "cpu_time": cpu}
+    result: dict[str, Any] = {"timed_out": timed_out, "wall_time": wall, "cpu_time": cpu}
     if timed_out:
         result.update(exit_code=None, signal=signal.SIGKILL)
     elif os.WIFSIGNALED(wait_status):
         result.update(exit_code=None, signal=os.WTERMSIG(wait_status))
     else:
         result.update(exit_code=os.WEXITSTATUS(wait_status), signal=None)
-    fetched, missing, errors = _fetch_files(
-        request.get("fetch", []), int(request.get("max_fetch_bytes", 16 << 20))
-    )
+    fetched, missing, errors = _fetch_files(request["fetch"], int(request["max_fetch_bytes"]))
     result.update(files=fetched, missing=missing, file_errors=errors)
     return result
 
 
 def serve(sock: socket.socket, once: bool) -> None:
-    """Answer run requests until told to exit (or after one, in cold mode)."""
+    """Answer run requests through pre-forked children until told to exit (cold mode: one)."""
     while True:
-        try:
-            request, fds = recv_frame(sock, max_fds=4)
-        except EOFError:
+        forward_r, forward_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(forward_r)
+            standby(sock, forward_w)
+        os.close(forward_w)
+        request = _read_forwarded(forward_r)
+        if request is None or request["op"] != "run":
+            _kill_everyone_else()
+            if request is not None and request["op"] == "malformed":
+                send_frame(sock, {"setup_error": "malformed request"})
+                continue
+            # "exit", the worker gone, or a standby that died unexpectedly: leave, and let the
+            # worker's side see the jail end.
             return
-        if request.get("op") == "exit":
-            return
-        if request.get("op") != "run" or len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            send_frame(sock, {"setup_error": "malformed request"})
-            continue
-        result = handle_run(sock, request, fds)
-        _wipe_scratch()
+        if request["setup_error"]:
+            _kill_everyone_else()
+            result = {"setup_error": request["setup_error"]}
+        else:
+            result = supervise(pid, request, sock)
         send_frame(sock, result)
+        _wipe_scratch()
         if once:
             return
 
@@ -466,6 +514,10 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # keep the preloaded heap's pages shared with the children (no gc writes)
     send_frame(sock, {"ready": True, "preload_s": time.monotonic() - started})
+    # Fork nothing before the worker has moved this process into the slot's cgroups: a child
+    # forked earlier would stay outside the memory and process limits.
+    if recv_frame(sock)[0].get("op") != "serve":
+        return
     serve(sock, once="--once" in sys.argv)
 
 

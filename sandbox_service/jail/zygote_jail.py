@@ -111,6 +111,7 @@ class ZygoteJail:
         self.preload_s = float(ready.get("preload_s", 0.0))
         self.zygote_pid = _zygote_pid(self._proc.pid)
         self._cgroups.add_process(self.zygote_pid)
+        send_frame(ours, {"op": "serve"})
 
     def run(self, spec: ExecutionSpec) -> ZygoteReply:
         """Run one execution; JailFailure when the zygote stops answering."""
@@ -226,7 +227,7 @@ class ZygoteJail:
         return self._proc is not None and self._proc.poll() is None
 
     def close(self, force: bool = False) -> None:
-        """Ask the zygote to exit (or kill it: force), and make sure nothing of the jail survives."""
+        """Ask the zygote to exit (force: kill it); make sure nothing of the jail survives."""
         if force:
             self._cgroups.kill_all()
         if self._sock is not None:
