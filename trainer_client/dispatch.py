@@ -66,6 +66,9 @@ class _Call:
     """In the retry clock's time."""
     started_perf: float
     attempts: int = 0
+    """Times it was sent."""
+    failures: int = 0
+    """Retryable failures that count against RetryPolicy.attempts (429 does not: see _deliver)."""
     last_error: str = ""
     timer: asyncio.TimerHandle | None = None
     queued_at: float = 0.0
@@ -262,11 +265,17 @@ class Dispatcher:
                 else:
                     self._resolve(call, result)
         elif outcome.verdict is Verdict.RETRY:
-            if outcome.cause == "429":
+            # 429 is back-pressure, not a failure of the call: the server ran nothing and says
+            # when to come back. It is bounded by the deadline, not by the attempts, so that a
+            # trainer under overload waits instead of failing its rollouts.
+            overloaded = outcome.cause == "429"
+            if overloaded:
                 self._batch_limit = max(1, self._batch_limit // 2)
             reason = f"{outcome.cause}: {outcome.detail}" if outcome.detail else outcome.cause
             for call in batch:
-                self._retry_later(call, outcome.cause, reason, outcome.retry_after_s)
+                self._retry_later(
+                    call, outcome.cause, reason, outcome.retry_after_s, failed=not overloaded
+                )
         elif outcome.verdict is Verdict.INVALID:
             if len(batch) == 1:
                 self._fail(batch[0], InvalidRequestError(outcome.detail, batch[0].info))
@@ -282,13 +291,20 @@ class Dispatcher:
                 self._fail(call, ServiceError(call.info, why, **self._why(call)))
 
     def _retry_later(
-        self, call: _Call, cause: str, reason: str, retry_after_s: float | None
+        self,
+        call: _Call,
+        cause: str,
+        reason: str,
+        retry_after_s: float | None,
+        *,
+        failed: bool = True,
     ) -> None:
         if call.future.done():
             return
         call.last_error = reason
+        call.failures += failed
         policy = self._config.retry
-        if call.attempts >= policy.attempts:
+        if call.failures >= policy.attempts:
             why = f"all {policy.attempts} allowed attempts failed"
             self._fail(call, RetriesExhaustedError(call.info, why, **self._why(call)))
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,9 +60,29 @@ def encode_batch(payloads: Sequence[bytes]) -> bytes:
     return b'{"requests":[' + b",".join(payloads) + b"]}"
 
 
-def _error_detail(response: httpx.Response) -> str:
-    text = response.text.strip()
-    return text[:2000] if text else response.reason_phrase
+def error_detail(body: bytes, fallback: str) -> str:
+    """The message of an error body: FastAPI's `detail` as "field: message; ...", else the text.
+
+    A batch item's location (`body.requests.3.timeout`) is shortened to its field: after the
+    client splits a rejected batch, the index is that of a sub-batch and would mislead.
+    """
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        detail = json.loads(text)["detail"]
+    except (ValueError, KeyError, TypeError):
+        return text[:2000] or fallback
+    if isinstance(detail, str):
+        return detail[:2000]
+    if isinstance(detail, list) and all(isinstance(d, dict) for d in detail):
+        parts = []
+        for problem in detail:
+            loc = [str(p) for p in problem.get("loc", []) if p not in ("body", "requests")]
+            loc = [p for p in loc if not p.isdigit()]
+            where = ".".join(loc)
+            message = str(problem.get("msg", problem))
+            parts.append(f"{where}: {message}" if where else message)
+        return "; ".join(parts)[:2000]
+    return text[:2000]
 
 
 async def post_batch(
@@ -87,7 +108,10 @@ async def post_batch(
             response.headers.get("retry-after"), now_epoch_s=time.time()
         )
         return BatchOutcome(
-            verdict, cause=cause, detail=_error_detail(response), retry_after_s=retry_after_s
+            verdict,
+            cause=cause,
+            detail=error_detail(response.content, response.reason_phrase),
+            retry_after_s=retry_after_s,
         )
     try:
         parsed = BatchResponse.model_validate_json(response.content)

@@ -72,7 +72,7 @@ class RetryPolicy:
     """Bounds and backoff of retries, per call (as in hynek/stamina)."""
 
     attempts: int = 10
-    """Most times one call is sent; each retryable failure uses one."""
+    """Most retryable failures of one call; a 429 (back-pressure) uses none, only time."""
     deadline_s: float = 600.0
     """Total time one call may take, from `execute()` to its result, retries included."""
     wait_initial_s: float = 0.1

@@ -380,3 +380,16 @@ async def test_a_call_whose_deadline_passed_in_the_queue_is_never_sent() -> None
         await second
     assert service.batches == [["a"]]
     await dispatcher.aclose()
+
+
+async def test_429_waits_do_not_use_up_attempts() -> None:
+    answers = iter([*["429"] * 5, "503"])
+
+    def decide(requests: list[ExecuteRequest]) -> BatchOutcome | None:
+        cause = next(answers, None)
+        return None if cause is None else BatchOutcome(Verdict.RETRY, cause=cause, retry_after_s=1)
+
+    dispatcher, counters, _ = make(FakeService(decide), retry=RetryPolicy(attempts=2))
+    assert (await dispatcher.submit(req("x"))).stdout == "x"
+    assert counters.snapshot().retry_causes == {"429": 5, "503": 1}
+    await dispatcher.aclose()

@@ -26,6 +26,7 @@ from trainer_client import (
     ServiceError,
     VirtualClock,
 )
+from trainer_client.http import error_detail
 
 FAST_RETRY = RetryPolicy(attempts=6, wait_initial_s=0.5, wait_jitter_s=0.1)
 
@@ -195,3 +196,16 @@ async def test_every_call_is_answered_through_a_storm_of_faults() -> None:
         stats = client.stats()
     assert [r.stdout for r in results] == codes
     assert stats.results == 500 and stats.failures == 0 and stats.retries > 0
+
+
+def test_error_details_name_the_field() -> None:
+    body = (
+        b'{"detail": [{"type": "less_than_equal", "loc": ["body", "requests", 3, "timeout"],'
+        b' "msg": "Input should be less than or equal to 60"}]}'
+    )
+    assert error_detail(body, "x") == "timeout: Input should be less than or equal to 60"
+    assert error_detail(b'{"detail": "the queue is full (2 jobs)"}', "x") == (
+        "the queue is full (2 jobs)"
+    )
+    assert error_detail(b"<html>oops</html>", "x") == "<html>oops</html>"
+    assert error_detail(b"", "Bad Gateway") == "Bad Gateway"

@@ -1,0 +1,55 @@
+"""Fixtures of the client's integration tests: a private Redis and real services on free ports."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from service_process import Service
+
+from sandbox_service.redis_server import RedisServer, start_redis_server
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A private, throwaway redis-server."""
+    server = start_redis_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def service(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    """A running service with default settings, shared by the tests of one module."""
+    running = Service(redis_server.url, tmp_path_factory.mktemp("service") / "up.log")
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def own_service(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    """Start a service of the test's own (settings as keyword arguments, e.g. max_queue_depth)."""
+    started: list[Service] = []
+
+    def start(**settings: str) -> Service:
+        # A queue of its own, so that its depth and its jobs are not another service's.
+        settings.setdefault("queue_name", f"client-tests-{os.getpid()}-{len(started)}")
+        running = Service(redis_server.url, tmp_path / f"up-{len(started)}.log", **settings)
+        started.append(running)
+        running.start()
+        return running
+
+    try:
+        yield start
+    finally:
+        for running in started:
+            running.stop()
