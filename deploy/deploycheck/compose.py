@@ -156,8 +156,8 @@ def _service_problems(
         opts = svc.get("security_opt") or []
         if "apparmor=unconfined" not in opts:
             problems.append(f"{where}: nsjail mounts, which docker-default AppArmor forbids")
-        if any(o.startswith("seccomp") for o in opts):
-            problems.append(f"{where}: keep Docker's default seccomp profile")
+        if "seccomp=unconfined" not in opts:
+            problems.append(f"{where}: nsjail uses pivot_root, which Docker's seccomp forbids")
         if svc.get("cgroup") != "private":
             problems.append(f"{where}: use `cgroup: private` (the worker writes its cgroups)")
         if grace_s < settings.job_timeout_s(settings.max_timeout):

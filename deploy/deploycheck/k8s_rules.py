@@ -116,6 +116,15 @@ def _workload(r: Objects, dep: Obj) -> tuple[list[str], Settings | None]:
             if what not in (res.get(group) or {}):
                 out.append(f"container {c['name']}: set resources.{group}.{what}")
         target = IMAGE_TARGETS.get(image.rsplit("/", 1)[-1].split("@")[0].split(":")[0])
+        if target not in ("worker", "standalone"):
+            # Only the worker needs privileges (nsjail); everything else runs fully confined.
+            sc = {**(pod.get("securityContext") or {}), **(c.get("securityContext") or {})}
+            if (sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+                out.append(f"container {c['name']}: use the RuntimeDefault seccomp profile")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                out.append(f"container {c['name']}: set allowPrivilegeEscalation: false")
+            if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+                out.append(f"container {c['name']}: drop ALL capabilities")
         if target is not None:
             problems, settings = _service_container(r, pod, c, target)
             out += [f"container {c['name']}: {p}" for p in problems]
@@ -208,8 +217,8 @@ def _worker(
     out += capability_problems(caps.get("add") or [], caps.get("drop") or [], "capabilities")
     if sc.get("privileged"):
         out.append("must not be privileged")
-    if (sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
-        out.append("keep the runtime's default seccomp profile")
+    if (sc.get("seccompProfile") or {}).get("type") != "Unconfined":
+        out.append("nsjail uses pivot_root, which the runtime's default seccomp profile forbids")
     if (sc.get("appArmorProfile") or {}).get("type") != "Unconfined":
         out.append("nsjail mounts, which the runtime's default AppArmor profile forbids")
     if not c.get("livenessProbe"):

@@ -17,10 +17,9 @@ CLI = "rl-sandbox"
 WRAPPER = "rl-sandbox-worker-entrypoint"
 """The worker image's entry point: prepares cgroups and /proc for nsjail, then execs its args."""
 
-WORKER_CAPABILITIES = frozenset(
-    {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_ADMIN"}
-)
-"""What the worker container may add, no more and no less: docs/deploy.md explains each one."""
+WORKER_CAPABILITIES = frozenset({"SETGID", "SETUID", "SYS_ADMIN"})
+"""What the worker container may add, no more and no less: docs/deploy.md explains each one
+(and how each was found necessary, and CHOWN, DAC_OVERRIDE, FOWNER, KILL unnecessary)."""
 
 _SECRET_WORDS = ("KEY", "SECRET", "PASSWORD", "PASSWD", "TOKEN", "CREDENTIAL")
 
