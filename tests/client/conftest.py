@@ -27,7 +27,8 @@ def service(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
     """A running service with default settings, shared by the tests of one module."""
-    running = Service(redis_server.url, tmp_path_factory.mktemp("service") / "up.log")
+    log_path = tmp_path_factory.mktemp("service") / "up.log"
+    running = Service(redis_server.url, log_path, uid_base=62400)
     running.start()
     try:
         yield running
@@ -43,7 +44,10 @@ def own_service(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[
     def start(**settings: str) -> Service:
         # A queue of its own, so that its depth and its jobs are not another service's.
         settings.setdefault("queue_name", f"client-tests-{os.getpid()}-{len(started)}")
-        running = Service(redis_server.url, tmp_path / f"up-{len(started)}.log", **settings)
+        log_path = tmp_path / f"up-{len(started)}.log"
+        # Jail uids apart from the shared service's (62400-62401) and from each other's.
+        uid_base = 62410 + 10 * len(started)
+        running = Service(redis_server.url, log_path, uid_base, **settings)
         started.append(running)
         running.start()
         return running

@@ -31,17 +31,24 @@ def free_port() -> int:
 class Service:
     """One `rl-sandbox up` process tree, which the test can stop and start again."""
 
-    def __init__(self, redis_url: str, log_path: Path, **settings: str) -> None:
+    def __init__(self, redis_url: str, log_path: Path, uid_base: int, **settings: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        # Nothing inherited may configure it: only what is set here.
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("RL_SANDBOX_") and k != "REDIS_URL"
+        }
         self.env = {
-            **os.environ,
+            **inherited,
             "RL_SANDBOX_REDIS_URL": redis_url,
             "RL_SANDBOX_WORKERS": "2",
-            # Our own cgroup parent and uids: other services may run on this host meanwhile.
+            # A cgroup parent and jail uids of its own: other services (tests/service uses uids
+            # 62500 and up, engineers' own services 62000 and up) may run on this host meanwhile.
             "RL_SANDBOX_CGROUP_PARENT": "rl-sandbox-client-tests",
-            "RL_SANDBOX_SANDBOX_UID_BASE": "62400",
+            "RL_SANDBOX_SANDBOX_UID_BASE": str(uid_base),
             "RL_SANDBOX_LOG_LEVEL": "WARNING",
             "RL_SANDBOX_SHUTDOWN_GRACE_S": "5",
             **{f"RL_SANDBOX_{name.upper()}": value for name, value in settings.items()},
