@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
 # uv keeps a package cache (~/.cache/uv), so a reinstall on the same machine is seconds,
 # even with the several-GB PyTorch wheel of the `rl` extra.
-EXTRAS ?= dev,rl
+EXTRAS ?= dev,rl,deploy
 
 .PHONY: help setup system-packages run test test-fast lint format bench loadtest deploy-check clean
 

@@ -43,8 +43,12 @@ def _read_oom_kills(memory_dir: Path) -> int:
 class SlotCgroups:
     """memory + pids cgroups owned by one executor slot of one worker process."""
 
-    def __init__(self, parent: str, name: str) -> None:
+    def __init__(self, parent: str, name: str, whole_life: bool = False) -> None:
         self.dirs = {c: CGROUP_ROOT / c / parent / name for c in CONTROLLERS}
+        # whole_life (sessions): the memory limit covers everything since the zygote moved in,
+        # so a session cannot grow cell after cell; otherwise it covers one execution.
+        self._whole_life = whole_life
+        self._baseline_bytes: int | None = None
         self._memory = self.dirs["memory"]
         self._oom_kills_before = 0
         self._limit_bytes = -1
@@ -74,10 +78,14 @@ class SlotCgroups:
         """Move a process (all its threads) into the slot's cgroups."""
         for path in self.dirs.values():
             (path / "cgroup.procs").write_text(str(pid))
+        self._baseline_bytes = int((self._memory / "memory.usage_in_bytes").read_text())
 
     def prepare_execution(self, memory_mb: int, max_processes: int) -> None:
         """Set this execution's limits and reset its counters."""
-        usage = int((self._memory / "memory.usage_in_bytes").read_text())
+        if self._whole_life and self._baseline_bytes is not None:
+            usage = self._baseline_bytes
+        else:
+            usage = int((self._memory / "memory.usage_in_bytes").read_text())
         limit = usage + memory_mb * MIB
         # Rewrite the limit only when it moved by more than 1 MiB: it is on the hot path.
         if abs(limit - self._limit_bytes) > MIB:

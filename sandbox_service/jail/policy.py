@@ -71,6 +71,8 @@ class JailLayout:
     """Cold mode: serve one execution, then exit."""
     time_limit_s: int = 0
     """Backstop on the whole jail's life (0: none, for long-lived zygotes)."""
+    session: bool = False
+    """Session mode: one persistent interpreter runs every cell (notebook semantics)."""
 
 
 def _system_mounts() -> list[MountPt]:
@@ -170,5 +172,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         args.append("--preload")
     if layout.once:
         args.append("--once")
+    if layout.session:
+        args.append("--session")
     cfg.exec_bin = Exe(path=layout.python, arg=args)
     return cfg

@@ -41,7 +41,7 @@ import traceback
 import types
 from typing import Any
 
-MAX_FRAME = 1 << 30
+MAX_FRAME = 64 << 20
 WORK_DIR = "/home/sandbox"
 SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
 PR_SET_DUMPABLE = 4
@@ -219,16 +219,25 @@ def _reseed_random() -> None:
         np.random.seed()
 
 
-def _run_source(source: str) -> int:
+def _fresh_main() -> dict[str, Any]:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     sys.argv = ["-c"]
     sys.path.insert(0, "")  # as `python -c`: the working directory is importable
+    return main.__dict__
+
+
+def _run_source(source: str, namespace: dict[str, Any] | None = None, cell: bool = False) -> int:
+    """Run a program (or a notebook cell) like the interpreter would; return its exit status."""
+    if namespace is None:
+        namespace = _fresh_main()
     importlib.invalidate_caches()
     try:
-        compiled = compile(source, "<string>", "exec")
-        exec(compiled, main.__dict__)
+        if cell:
+            _run_cell(source, namespace)
+        else:
+            exec(compile(source, "<string>", "exec"), namespace)
     except SystemExit as exc:
         return _exit_code_of(exc)
     except BaseException as exc:
@@ -237,6 +246,21 @@ def _run_source(source: str) -> int:
         traceback.print_exception(type(exc), exc, tb)
         return 1
     return 0
+
+
+def _run_cell(source: str, namespace: dict[str, Any]) -> None:
+    """Notebook semantics: run the statements, print the repr of a last expression not None."""
+    import ast
+
+    tree = ast.parse(source, "<cell>", "exec")
+    last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    if last is not None:
+        tree.body.pop()
+    exec(compile(tree, "<cell>", "exec"), namespace)
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+        if value is not None:
+            print(repr(value))
 
 
 def _flush_and_finish(status: int) -> int:
@@ -497,8 +521,157 @@ def serve(sock: socket.socket, once: bool) -> None:
             return
 
 
+# --- sessions: one persistent interpreter per jail ----------------------------------------------
+
+
+def session_interpreter(channel: socket.socket) -> None:
+    """The session's interpreter: runs cells sent by the zygote in one namespace. Never returns.
+
+    It holds only its private channel to the zygote, never the worker's control socket.
+    """
+    try:
+        _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(WORK_DIR)
+        _reseed_random()
+        namespace = _fresh_main()
+        devnull = os.open("/dev/null", os.O_RDWR)
+        while True:
+            try:
+                request, fds = recv_frame(channel, max_fds=4)
+            except (EOFError, OSError):
+                os._exit(0)
+            code_fd, stdin_fd, stdout_fd, stderr_fd = fds
+            with os.fdopen(code_fd, "rb") as f:
+                source = f.read().decode("utf-8", errors="surrogateescape")
+            for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):
+                os.dup2(fd, target)
+                os.close(fd)
+            _fresh_std_streams()
+            _cell_limits(request["limits"])
+            before = _cpu_of_self_and_children()
+            status = _run_source(source, namespace, cell=True)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(BaseException):
+                    stream.flush()
+            # Let go of this cell's pipes, so the worker sees their end.
+            for target in (0, 1, 2):
+                os.dup2(devnull, target)
+            send_frame(
+                channel,
+                {"op": "done", "exit_code": status, "cpu": _cpu_of_self_and_children() - before},
+            )
+    except BaseException:
+        traceback.print_exc()
+        os._exit(70)
+
+
+def _cell_limits(limits: dict[str, Any]) -> None:
+    # RLIMIT_CPU counts the interpreter's whole life and a hard limit cannot be raised again:
+    # each cell moves the soft limit to what is used so far plus the cell's budget.
+    used = int(_cpu_of_self_and_children()) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + int(limits["cpu_time_s"])
+    resource.setrlimit(
+        resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
+    )
+
+
+def _cpu_of_self_and_children() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def serve_session(sock: socket.socket) -> None:
+    """Run cells in one persistent interpreter until told to exit, or until a cell kills it.
+
+    A cell that times out, or whose interpreter dies, ends the jail after its answer: the worker
+    then rebuilds the session elsewhere by replaying its recorded cells.
+    """
+    channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        sock.close()
+        channel.close()
+        session_interpreter(theirs)
+    theirs.close()
+    pidfd = os.pidfd_open(pid)
+    while True:
+        try:
+            request, fds = recv_frame(sock, max_fds=4)
+        except EOFError:
+            break
+        if request.get("op") != "run" or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            if request.get("op") == "exit":
+                break
+            send_frame(sock, {"setup_error": "malformed request"})
+            continue
+        try:
+            _write_files(request.get("files", {}))
+        except (OSError, ValueError) as exc:
+            for fd in fds:
+                os.close(fd)
+            send_frame(sock, {"setup_error": f"could not write input files: {exc}"})
+            continue
+        started = time.monotonic()
+        send_frame(channel, {"op": "cell", "limits": request["limits"]}, fds)
+        for fd in fds:
+            os.close(fd)
+        result, interpreter_alive = _supervise_cell(
+            pid, pidfd, channel, sock, started + float(request["limits"]["timeout_s"])
+        )
+        result["wall_time"] = time.monotonic() - started
+        fetched, missing, errors = _fetch_files(
+            request.get("fetch", []), int(request.get("max_fetch_bytes", 16 << 20))
+        )
+        result.update(files=fetched, missing=missing, file_errors=errors)
+        result["session_alive"] = interpreter_alive
+        if not interpreter_alive:
+            result["cpu_time"] += _kill_everyone_else()
+        send_frame(sock, result)
+        if not interpreter_alive:
+            return
+    _kill_everyone_else()
+
+
+def _supervise_cell(
+    pid: int, pidfd: int, channel: socket.socket, sock: socket.socket, deadline: float
+) -> tuple[dict[str, Any], bool]:
+    watched = [channel.fileno(), pidfd, sock.fileno()]
+    while True:
+        remaining = deadline - time.monotonic()
+        ready = select.select(watched, [], [], remaining)[0] if remaining > 0 else []
+        if channel.fileno() in ready:
+            try:
+                done, _ = recv_frame(channel)
+            except (EOFError, OSError, ValueError):
+                watched.remove(channel.fileno())  # the interpreter is going: its pidfd tells how
+                continue
+            return {
+                "exit_code": int(done.get("exit_code", 1)),
+                "signal": None,
+                "timed_out": False,
+                "cpu_time": float(done.get("cpu", 0.0)),
+            }, True
+        if pidfd in ready:
+            _, status, usage = os.wait4(pid, 0)
+            ended = {"timed_out": False, "cpu_time": usage.ru_utime + usage.ru_stime}
+            if os.WIFSIGNALED(status):
+                return {**ended, "exit_code": None, "signal": os.WTERMSIG(status)}, False
+            return {**ended, "exit_code": os.WEXITSTATUS(status), "signal": None}, False
+        # Out of time, or the worker wrote during a cell (an abort, or it went away).
+        return {"exit_code": None, "signal": signal.SIGKILL, "timed_out": True, "cpu_time": 0.0}, (
+            False
+        )
+
+
 def main() -> None:
-    """Entry point inside the jail: `zygote.py [--preload] [--once]`."""
+    """Entry point inside the jail: `zygote.py --control-fd N [--preload] [--once|--session]`."""
     import gc
 
     if os.getpid() != 1:
@@ -518,7 +691,10 @@ def main() -> None:
     # forked earlier would stay outside the memory and process limits.
     if recv_frame(sock)[0].get("op") != "serve":
         return
-    serve(sock, once="--once" in sys.argv)
+    if "--session" in sys.argv:
+        serve_session(sock)
+    else:
+        serve(sock, once="--once" in sys.argv)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from sandbox_service.jail.zygote import recv_frame, send_frame
 
 # The zygote needs a moment after the program's limit to kill the tree, wipe and answer.
 REPLY_GRACE_S = 5.0
+DRAIN_SESSION_S = 0.02
 
 
 class JailFailure(RuntimeError):
@@ -49,6 +50,8 @@ class ZygoteReply:
     usage: CgroupUsage
     files: dict[str, bytes]
     setup_error: str | None
+    session_alive: bool = False
+    """Session mode: the interpreter survived this cell and keeps its state."""
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -177,6 +180,7 @@ class ZygoteJail:
             usage=self._cgroups.usage(),
             files={p: base64.b64decode(c) for p, c in reply.get("files", {}).items()},
             setup_error=None,
+            session_alive=bool(reply.get("session_alive", False)),
         )
 
     def _await_reply(
@@ -197,28 +201,28 @@ class ZygoteJail:
         deadline = time.monotonic() + timeout_s + REPLY_GRACE_S
         reply: dict[str, Any] | None = None
         while reply is None or buffers:
-            if reply is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if reply is None:
                     raise JailFailure(f"zygote did not answer within {timeout_s + REPLY_GRACE_S}s")
-            else:
-                # The zygote answers only after every process of the run is dead, so the pipes
-                # are at end of file; the bound guards against the impossible.
-                remaining = 2.0
-            events = poller.poll(remaining * 1000)
-            if not events and reply is not None:
                 break
+            events = poller.poll(remaining * 1000)
             for fd, _event in events:
                 if fd in buffers:
                     if not buffers[fd].read_from(fd):
                         poller.unregister(fd)
                         del buffers[fd]
-                else:
-                    try:
-                        reply, _ = recv_frame(self._sock)
-                    except (OSError, EOFError, ValueError) as exc:
-                        raise JailFailure(f"zygote connection lost: {exc}") from exc
-                    poller.unregister(fd)
+                    continue
+                try:
+                    reply, _ = recv_frame(self._sock)
+                except (OSError, EOFError, ValueError) as exc:
+                    raise JailFailure(f"zygote connection lost: {exc}") from exc
+                poller.unregister(fd)
+                # Output still in the pipes is drained until their end: the zygote answers only
+                # after every process of the run is dead, so it comes at once (the bound guards
+                # against the impossible). A session's background processes may hold the pipes
+                # open: take what is there, briefly.
+                deadline = time.monotonic() + (DRAIN_SESSION_S if self._layout.session else 2.0)
         assert reply is not None
         return reply
 

@@ -1,0 +1,204 @@
+"""Live sessions of one worker: each a persistent interpreter in its own warm jail.
+
+A session's jail is a preloaded zygote in session mode (its interpreter is forked from the warm
+zygote and keeps its namespace across cells). Jails are started ahead of need (spares), so a new
+session does not wait for the preload. The pool is bounded (least recently used evicted) and
+idle sessions expire. A session that is not live here (new, evicted, or held by a worker that
+died) is rebuilt by replaying its recorded cells with their output discarded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
+from sandbox_service.jail.cgroups import SlotCgroups
+from sandbox_service.jail.executor import make_layout, to_result
+from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail
+from sandbox_service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Session jails use their own range of outside uids, apart from the executor slots'.
+SESSION_UID_OFFSET = 10000
+SESSION_UIDS_PER_SLOT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CellOutcome:
+    """The result of one cell and what happened to its session."""
+
+    result: ExecutionResult
+    restored: bool
+    """The session was rebuilt from its recorded cells before this cell ran."""
+    alive: bool
+    """The interpreter survived the cell; False: it timed out or crashed and was discarded."""
+    evicted: tuple[str, ...] = ()
+    """Sessions evicted (least recently used) to make room for this one."""
+
+
+@dataclass
+class _LiveSession:
+    jail: ZygoteJail
+    cgroups: SlotCgroups
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class SessionPool:
+    """The live sessions of one worker slot."""
+
+    def __init__(self, settings: Settings, slot: int, spares: int = 1) -> None:
+        self._settings = settings
+        self._slot = slot
+        self._spares_wanted = spares
+        self._live: OrderedDict[str, _LiveSession] = OrderedDict()
+        self._spares: list[_LiveSession] = []
+        self._lock = threading.Lock()
+        self._starting = 0
+        self._serial = itertools.count()
+        base = make_layout(settings, slot, "warm")
+        self._layout = replace(base, session=True, preload=True, once=False, time_limit_s=0)
+        self._log_path = Path(f"/tmp/rl-sandbox-session-{os.getpid()}-{slot}.log")
+
+    # --- jails ---------------------------------------------------------------------------------
+
+    def _start_session_jail(self) -> _LiveSession:
+        serial = next(self._serial)
+        uid = (
+            self._settings.sandbox_uid_base
+            + SESSION_UID_OFFSET
+            + self._slot * SESSION_UIDS_PER_SLOT
+            + serial % SESSION_UIDS_PER_SLOT
+        )
+        cgroups = SlotCgroups(
+            self._settings.cgroup_parent,
+            f"session{self._slot}x{serial}-{os.getpid()}",
+            whole_life=True,
+        )
+        cgroups.create()
+        jail = ZygoteJail(replace(self._layout, outside_uid=uid), cgroups, self._log_path)
+        try:
+            jail.start()
+        except JailFailure:
+            cgroups.destroy()
+            raise
+        return _LiveSession(jail=jail, cgroups=cgroups)
+
+    def _refill_spares(self) -> None:
+        with self._lock:
+            missing = self._spares_wanted - len(self._spares) - self._starting
+            self._starting += max(missing, 0)
+        for _ in range(max(missing, 0)):
+            threading.Thread(target=self._start_spare, daemon=True).start()
+
+    def _start_spare(self) -> None:
+        try:
+            spare = self._start_session_jail()
+        except (JailFailure, OSError) as exc:
+            log.warning("could not start a spare session jail", extra={"error": str(exc)})
+            spare = None
+        with self._lock:
+            self._starting -= 1
+            if spare is not None:
+                self._spares.append(spare)
+
+    def _take_jail(self) -> _LiveSession:
+        with self._lock:
+            spare = self._spares.pop() if self._spares else None
+        session = spare if spare is not None and spare.jail.alive() else None
+        if spare is not None and session is None:
+            self._discard(spare)
+        if session is None:
+            session = self._start_session_jail()
+        self._refill_spares()
+        return session
+
+    @staticmethod
+    def _discard(session: _LiveSession, force: bool = False) -> None:
+        session.jail.close(force=force)
+        session.cgroups.destroy()
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def is_live(self, session_id: str) -> bool:
+        """Whether this pool holds the session's interpreter."""
+        return session_id in self._live
+
+    def run_cell(
+        self, session_id: str, spec: ExecutionSpec, history: Sequence[str] = ()
+    ) -> CellOutcome:
+        """Run one cell of a session, rebuilding the session from `history` if not live here."""
+        evicted: list[str] = []
+        restored = False
+        live = self._live.get(session_id)
+        try:
+            if live is None:
+                evicted = self._make_room()
+                live = self._take_jail()
+                self._live[session_id] = live
+                if history:
+                    self._replay(live, spec, history)
+                    restored = True
+            self._live.move_to_end(session_id)
+            live.last_used = time.monotonic()
+            reply = live.jail.run(spec)
+        except (JailFailure, OSError) as exc:
+            self.end(session_id, force=True)
+            result = ExecutionResult.failure(
+                Status.SANDBOX_ERROR, f"session sandbox failure: {exc}", spec.execution_id
+            )
+            return CellOutcome(result, restored, alive=False, evicted=tuple(evicted))
+        if not reply.session_alive:
+            self.end(session_id, force=True)
+        return CellOutcome(to_result(spec, reply), restored, reply.session_alive, tuple(evicted))
+
+    def _replay(self, live: _LiveSession, spec: ExecutionSpec, history: Sequence[str]) -> None:
+        for cell in history:
+            reply = live.jail.run(replace(spec, code=cell, stdin="", files={}, fetch_files=()))
+            if not reply.session_alive:
+                raise JailFailure("the session's interpreter died while its cells were replayed")
+
+    def _make_room(self) -> list[str]:
+        evicted = []
+        while len(self._live) >= self._settings.max_sessions_per_worker:
+            session_id, oldest = self._live.popitem(last=False)
+            self._discard(oldest)
+            evicted.append(session_id)
+        return evicted
+
+    def end(self, session_id: str, force: bool = False) -> bool:
+        """End a live session; False if it was not live here."""
+        live = self._live.pop(session_id, None)
+        if live is None:
+            return False
+        self._discard(live, force=force)
+        return True
+
+    def expire_idle(self, now: float | None = None) -> list[str]:
+        """End the sessions idle for longer than the TTL; return their ids."""
+        now = time.monotonic() if now is None else now
+        expired = [
+            sid
+            for sid, live in self._live.items()
+            if now - live.last_used > self._settings.session_ttl_s
+        ]
+        for sid in expired:
+            self.end(sid)
+        return expired
+
+    def close(self) -> None:
+        """End every session and spare."""
+        for sid in list(self._live):
+            self.end(sid)
+        with self._lock:
+            spares, self._spares = self._spares, []
+        for spare in spares:
+            self._discard(spare)

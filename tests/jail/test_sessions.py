@@ -1,0 +1,122 @@
+"""Sessions at the jail level: persistent interpreters in their own warm jails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox_service.execution import ExecutionSpec, Limits, Status
+from sandbox_service.jail.sessions import SessionPool
+from sandbox_service.settings import Settings
+
+LIMITS = Limits(timeout_s=5.0, memory_mb=512, max_processes=32, max_output_bytes=4096)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SessionPool]:
+    settings = Settings(
+        cgroup_parent="rl-sandbox-test", max_sessions_per_worker=3, session_ttl_s=60
+    )
+    p = SessionPool(settings, slot=9, spares=1)
+    yield p
+    p.close()
+
+
+def cell(code: str, **limits: object) -> ExecutionSpec:
+    return ExecutionSpec(code=code, limits=Limits(**{**_as_dict(LIMITS), **limits}))  # type: ignore[arg-type]
+
+
+def _as_dict(limits: Limits) -> dict[str, object]:
+    return {name: getattr(limits, name) for name in limits.__slots__}  # type: ignore[attr-defined]
+
+
+def test_state_persists_across_cells_with_notebook_output(pool: SessionPool) -> None:
+    first = pool.run_cell("s-state", cell("import math\nx = 40\ndef f(v):\n    return v + 2"))
+    assert first.result.status == Status.OK and first.result.stdout == ""
+    assert first.alive and not first.restored
+    second = pool.run_cell("s-state", cell("f(x)"))
+    assert second.result.stdout == "42\n"
+    third = pool.run_cell("s-state", cell("print('printed')\nNone"))
+    assert third.result.stdout == "printed\n"
+    fourth = pool.run_cell("s-state", cell("y = math.factorial(5)\ny"))
+    assert fourth.result.stdout == "120\n"
+
+
+def test_cell_errors_keep_the_session(pool: SessionPool) -> None:
+    pool.run_cell("s-err", cell("z = 5"))
+    failed = pool.run_cell("s-err", cell("1 / 0"))
+    assert failed.result.status == Status.ERROR and failed.alive
+    assert "ZeroDivisionError" in failed.result.stderr
+    assert pool.run_cell("s-err", cell("z * 2")).result.stdout == "10\n"
+
+
+def test_sessions_never_see_each_other(pool: SessionPool) -> None:
+    pool.run_cell("s-a", cell("secret = 'A'\nopen('/tmp/a.txt', 'w').write('A')"))
+    seen = pool.run_cell(
+        "s-b",
+        cell("import os\nprint('secret' in globals(), os.path.exists('/tmp/a.txt'))"),
+    )
+    assert seen.result.stdout == "False False\n"
+
+
+def test_timeout_discards_the_interpreter_and_replay_restores_it(pool: SessionPool) -> None:
+    history = ["counter = 10", "counter += 5"]
+    for code in history:
+        assert pool.run_cell("s-t", cell(code)).alive
+    stuck = pool.run_cell("s-t", cell("while True: pass", timeout_s=1.0))
+    assert stuck.result.status == Status.TIMEOUT and not stuck.alive
+    assert not pool.is_live("s-t")
+    back = pool.run_cell("s-t", cell("print(counter)"), history=history)
+    assert back.restored and back.alive
+    assert back.result.stdout == "15\n"  # the replayed cells' output is discarded
+
+
+def test_crash_discards_the_interpreter(pool: SessionPool) -> None:
+    pool.run_cell("s-crash", cell("v = 1"))
+    crash = pool.run_cell("s-crash", cell("import os\nos._exit(3)"))
+    assert crash.result.status == Status.ERROR and crash.result.exit_code == 3
+    assert not crash.alive
+
+
+def test_output_belongs_to_its_cell_even_with_background_threads(pool: SessionPool) -> None:
+    pool.run_cell(
+        "s-bg",
+        cell(
+            "import threading, time, sys\n"
+            "def spam():\n"
+            "    while True:\n"
+            "        time.sleep(0.01)\n"
+            "threading.Thread(target=spam, daemon=True).start()\n"
+            "print('started')"
+        ),
+    )
+    nxt = pool.run_cell("s-bg", cell("print('second cell')"))
+    assert nxt.result.stdout == "second cell\n"
+
+
+def test_lru_eviction_and_restore(pool: SessionPool) -> None:
+    for sid in ("s-a", "s-b", "s-t", "s-state", "s-err", "s-bg"):
+        pool.end(sid)
+    pool.run_cell("e1", cell("a = 1"))
+    pool.run_cell("e2", cell("a = 2"))
+    pool.run_cell("e3", cell("a = 3"))
+    fourth = pool.run_cell("e4", cell("a = 4"))
+    assert fourth.evicted == ("e1",)
+    assert not pool.is_live("e1")
+    again = pool.run_cell("e1", cell("a"), history=["a = 1"])
+    assert again.restored and again.result.stdout == "1\n"
+
+
+def test_idle_sessions_expire(pool: SessionPool) -> None:
+    pool.run_cell("idle", cell("q = 1"))
+    import time
+
+    assert "idle" in pool.expire_idle(now=time.monotonic() + 3600)
+    assert not pool.is_live("idle")
+
+
+def test_session_memory_limit_covers_the_whole_session(pool: SessionPool) -> None:
+    pool.run_cell("s-mem", cell("keep = bytearray(150 * 1024 * 1024)", memory_mb=256))
+    more = pool.run_cell("s-mem", cell("more = bytearray(150 * 1024 * 1024)", memory_mb=256))
+    assert more.result.status == Status.MEMORY_LIMIT
