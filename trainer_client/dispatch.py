@@ -8,6 +8,9 @@ first call) -> send -> result, or retry (back to the front of the queue after a 
 exception. A call ends exactly once, whichever comes first: its result, a non-retryable answer,
 its attempts running out, or its deadline (a timer armed at submit, so a hung service or a full
 queue cannot hold a caller past it).
+
+Longer than our other modules because batching, retrying and ending a call share one state (the
+pending queue, the in-flight slots, each call's timer); split up, that state would be spread out.
 """
 
 from __future__ import annotations
