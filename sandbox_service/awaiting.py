@@ -217,6 +217,7 @@ class Awaiter:
             await self._retry_or_fail(lost, now)
 
     async def _retry_or_fail(self, job_ids: Sequence[str], now: float) -> None:
+        await self._run_sync(self._job_queue.forget, job_ids)
         retries: list[tuple[str, str, Pending]] = []
         for job_id in job_ids:
             pending = self.outstanding.jobs.get(job_id)

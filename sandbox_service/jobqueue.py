@@ -133,6 +133,11 @@ class JobQueue:
             self._redis.delete(*gone)
         return removed
 
+    def forget(self, job_ids: Sequence[str]) -> None:
+        """Delete the records of lost jobs (a started job whose worker died stays "started")."""
+        if job_ids:
+            self._redis.delete(*(keys.rq_job(job_id) for job_id in job_ids))
+
     def inspect(self, job_ids: Sequence[str], alive_since: float) -> list[JobState]:
         """The state of each job; workers whose last heartbeat is before alive_since are dead."""
         with self._redis.pipeline(transaction=True) as pipe:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 from types import FrameType
 
 import uvicorn
@@ -38,5 +39,9 @@ def serve(settings: Settings, host: str, port: int) -> int:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
         timeout_keep_alive=30,
     )
+    # uvicorn re-raises the stop signal once it has shut down, under the handler that was there
+    # before it: make that one a no-op, so that a drained shutdown exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
     _DrainingServer(config, app.state.dispatcher).run()
     return 0

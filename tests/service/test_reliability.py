@@ -1,0 +1,177 @@
+"""Failures of the service's own parts: a worker SIGKILLed mid-job, Redis down and back, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from sandbox_service import keys
+from sandbox_service.redis_server import RedisServer, start_redis_server
+from tests.service.stack import Stack, stack_env, stop
+
+FAST_DETECTION = {"poll_interval_s": 0.3, "worker_heartbeat_s": 0.3, "worker_dead_after_s": 1.5}
+SLOW_PRINT = "import time\ntime.sleep(2)\nprint('done')"
+
+
+@pytest.fixture(scope="module")
+def crash_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
+    """Two workers whose deaths the API notices quickly."""
+    env = stack_env(redis_server.url, "crash", 62800, **FAST_DETECTION)
+    stack = Stack(env, logs_dir / "crash.log").start()
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="module")
+def no_retry_api(crash_stack: Stack, logs_dir: Path) -> Iterator[Stack]:
+    """A second API on the same workers that never re-runs a lost job."""
+    env = {**crash_stack.env, "RL_SANDBOX_LOST_JOB_RETRIES": "0"}
+    api = Stack(env, logs_dir / "crash-noretry.log", workers=False).start()
+    yield api
+    api.stop()
+
+
+def job_keys(client: redis.Redis) -> set[bytes]:
+    return set(client.scan_iter(match="rq:job:*", count=1000))
+
+
+async def started_job_worker(client: redis.Redis, queue: str, before: set[bytes]) -> str:
+    """The worker name of the job of this queue created after `before`, once it has started."""
+    for _ in range(400):
+        for key in job_keys(client) - before:
+            origin, status, worker = client.hmget(key, "origin", "status", "worker_name")
+            if origin == queue.encode() and status == b"started" and worker:
+                return str(worker.decode())
+        await asyncio.sleep(0.025)
+    raise AssertionError("no job started")
+
+
+async def wait_workers(client: redis.Redis, queue: str, count: int) -> None:
+    """Wait until `count` workers beat (the supervisor restarts killed ones)."""
+    for _ in range(600):
+        if client.zcount(keys.alive(queue), time.time() - 1.0, "+inf") >= count:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"fewer than {count} live workers")
+
+
+async def kill_worker_mid_job(api: Stack, queue: str, client: redis.Redis) -> httpx.Response:
+    await wait_workers(client, queue, 2)
+    async with httpx.AsyncClient(base_url=api.url, timeout=120) as http:
+        before = job_keys(client)
+        request = asyncio.create_task(http.post("/execute", json={"code": SLOW_PRINT}))
+        worker = await started_job_worker(client, queue, before)
+        pid = int(worker.rsplit(":", 1)[1])
+        os.kill(pid, signal.SIGKILL)
+        return await request
+
+
+async def test_job_of_a_sigkilled_worker_is_run_again_elsewhere(
+    crash_stack: Stack, redis_client: redis.Redis
+) -> None:
+    response = await kill_worker_mid_job(crash_stack, crash_stack.queue, redis_client)
+    assert response.status_code == 200
+    result = response.json()
+    assert (result["status"], result["stdout"]) == ("ok", "done\n"), result
+    async with httpx.AsyncClient(base_url=crash_stack.url) as http:
+        metrics = (await http.get("/metrics")).text
+    assert "rl_sandbox_lost_job_retries 1.0" in metrics
+
+
+async def test_without_retries_a_lost_job_is_answered_sandbox_error(
+    crash_stack: Stack, no_retry_api: Stack, redis_client: redis.Redis
+) -> None:
+    response = await kill_worker_mid_job(no_retry_api, crash_stack.queue, redis_client)
+    assert response.status_code == 200
+    result = response.json()
+    assert result["status"] == "sandbox_error", result
+    assert "lost" in result["stderr"]
+    # The service heals: the slot's worker is restarted and serves again.
+    await wait_workers(redis_client, crash_stack.queue, 2)
+    async with httpx.AsyncClient(base_url=crash_stack.url, timeout=60) as http:
+        batch = [{"code": f"print({i})"} for i in range(4)]
+        results = (await http.post("/execute/batch", json={"requests": batch})).json()["results"]
+    assert [r["stdout"] for r in results] == [f"{i}\n" for i in range(4)]
+
+
+async def test_sigterm_lets_the_api_finish_in_flight_requests(
+    crash_stack: Stack, logs_dir: Path
+) -> None:
+    api = Stack(crash_stack.env, logs_dir / "crash-drain.log", workers=False).start()
+    try:
+        async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
+            request = asyncio.create_task(http.post("/execute", json={"code": SLOW_PRINT}))
+            await asyncio.sleep(0.5)
+            assert api.api is not None
+            api.api.send_signal(signal.SIGTERM)
+            response = await request
+        assert response.status_code == 200
+        assert response.json()["stdout"] == "done\n"
+        assert api.api.wait(timeout=30) == 0
+    finally:
+        api.stop()
+
+
+async def test_sigterm_lets_workers_finish_the_current_job(
+    redis_server: RedisServer, logs_dir: Path, redis_client: redis.Redis
+) -> None:
+    env = stack_env(redis_server.url, "drain", 62900, workers=1, **FAST_DETECTION)
+    stack = Stack(env, logs_dir / "drain.log").start()
+    try:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
+            before = job_keys(redis_client)
+            request = asyncio.create_task(http.post("/execute", json={"code": SLOW_PRINT}))
+            await started_job_worker(redis_client, stack.queue, before)
+            assert stack.workers is not None
+            stack.workers.send_signal(signal.SIGTERM)
+            response = await request
+        assert response.json()["stdout"] == "done\n"
+        assert stack.workers.wait(timeout=30) == 0
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    server = start_redis_server()
+    yield server
+    server.stop()
+
+
+async def test_redis_down_answers_503_and_everything_recovers(
+    own_redis: RedisServer, logs_dir: Path
+) -> None:
+    env = stack_env(own_redis.url, "redis-restart", 63000, workers=1, **FAST_DETECTION)
+    stack = Stack(env, logs_dir / "redis-restart.log").start()
+    port = own_redis.port
+    try:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
+            assert (await http.post("/execute", json={"code": "print(1)"})).status_code == 200
+            stop(own_redis.process)
+
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503 and "redis" in ready.json()["detail"]
+            refused = await http.post("/execute", json={"code": "print(1)"})
+            assert refused.status_code == 503 and "redis" in refused.json()["detail"]
+            metrics = await http.get("/metrics")
+            assert "rl_sandbox_redis_up 0.0" in metrics.text
+
+            restarted = start_redis_server(port=port)
+            own_redis.process, own_redis.workdir = restarted.process, restarted.workdir
+            for _ in range(300):
+                if (await http.get("/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+            response = await http.post("/execute", json={"code": "print('back')"})
+            assert response.status_code == 200
+            assert response.json()["stdout"] == "back\n"
+    finally:
+        stack.stop()
