@@ -1,9 +1,13 @@
-"""The cgroups (v1) of one executor slot: memory and process limits for each execution.
+"""The cgroups of one executor slot: memory and process limits for each execution.
 
-The zygote is moved into the slot's cgroups after it has preloaded, so its preloaded pages stay
-charged where they were (memory.move_charge_at_immigrate is 0) and each execution's limit covers
+The zygote is moved into the slot's cgroup after it has preloaded, so its preloaded pages stay
+charged where they were (charges do not move with a process) and each execution's limit covers
 what that execution allocates: the program, its children, its tmpfs files. The OOM killer of the
 cgroup picks the program, never the zygote: children raise their oom_score_adj to 1000.
+
+Both hierarchies are supported, found at start-up: cgroup v1 (one tree per controller, the
+memory and pids controllers) and cgroup v2 (one tree; `<parent>` must have +memory +pids in its
+cgroup.subtree_control, which deploy/worker-entrypoint.sh sets up in containers).
 Units: the kernel's files take bytes; this module's API takes MiB.
 """
 
@@ -16,88 +20,132 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "pids")
+V1_CONTROLLERS = ("memory", "pids")
 MIB = 1024 * 1024
 
 
 class CgroupUnavailable(RuntimeError):
-    """The host lacks the cgroup v1 memory and pids controllers, or we may not write them."""
+    """The host lacks the memory and pids controllers, or we may not write them."""
 
 
 @dataclass(frozen=True, slots=True)
 class CgroupUsage:
     """Counters of one execution."""
 
-    peak_memory_mb: float
+    peak_memory_mb: float | None
     oom_killed: bool
 
 
-def _read_oom_kills(memory_dir: Path) -> int:
-    for line in (memory_dir / "memory.oom_control").read_text().splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill":
+def _keyed_value(path: Path, key: str) -> int:
+    """The value of `key` in a flat keyed file such as memory.events or memory.oom_control."""
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
             return int(value)
     return 0
 
 
-class SlotCgroups:
-    """memory + pids cgroups owned by one executor slot of one worker process."""
+def is_v2(root: Path = CGROUP_ROOT) -> bool:
+    """Whether the host mounts the unified (v2) hierarchy at the root."""
+    return (root / "cgroup.controllers").exists()
 
-    def __init__(self, parent: str, name: str, whole_life: bool = False) -> None:
-        self.dirs = {c: CGROUP_ROOT / c / parent / name for c in CONTROLLERS}
-        # whole_life (sessions): the memory limit covers everything since the zygote moved in,
-        # so a session cannot grow cell after cell; otherwise it covers one execution.
+
+class SlotCgroups:
+    """The memory + pids cgroup(s) owned by one executor slot of one worker process.
+
+    whole_life (sessions): the memory limit covers everything since the zygote moved in, so a
+    session cannot grow cell after cell; otherwise it covers one execution.
+    """
+
+    def __init__(
+        self, parent: str, name: str, whole_life: bool = False, root: Path = CGROUP_ROOT
+    ) -> None:
+        self.v2 = is_v2(root)
+        if self.v2:
+            self.dirs = {"unified": root / parent / name}
+            self._memory = self._pids = self.dirs["unified"]
+        else:
+            self.dirs = {c: root / c / parent / name for c in V1_CONTROLLERS}
+            self._memory, self._pids = self.dirs["memory"], self.dirs["pids"]
+        self._root = root
         self._whole_life = whole_life
         self._baseline_bytes: int | None = None
-        self._memory = self.dirs["memory"]
-        self._oom_kills_before = 0
         self._limit_bytes = -1
         self._pids_max = -1
+        self._oom_kills_before = 0
+        self._peak_fd: int | None = None
+
+    # --- files that differ between v1 and v2 ---------------------------------------------------
+
+    def _usage_bytes(self) -> int:
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        return int((self._memory / name).read_text())
+
+    def _oom_kills(self) -> int:
+        if self.v2:
+            return _keyed_value(self._memory / "memory.events", "oom_kill")
+        return _keyed_value(self._memory / "memory.oom_control", "oom_kill")
 
     def create(self) -> None:
         """Create the cgroups (idempotent); CgroupUnavailable with the reason if we cannot."""
-        for controller, path in self.dirs.items():
-            if not (CGROUP_ROOT / controller).is_dir():
+        if self.v2:
+            delegation = self._memory.parent / "cgroup.subtree_control"
+            enabled = delegation.read_text().split() if delegation.exists() else []
+            if not {"memory", "pids"} <= set(enabled):
                 raise CgroupUnavailable(
-                    f"cgroup v1 controller {controller!r} is not mounted at {CGROUP_ROOT}; "
-                    "rl-sandbox needs the memory and pids controllers (cgroup v1)"
+                    f"cgroup v2: {self._memory.parent} must delegate +memory +pids "
+                    "(cgroup.subtree_control); deploy/worker-entrypoint.sh shows how"
                 )
+        else:
+            for controller in V1_CONTROLLERS:
+                if not (self._root / controller).is_dir():
+                    raise CgroupUnavailable(
+                        f"cgroup v1 controller {controller!r} is not mounted at {self._root}"
+                    )
+        for path in self.dirs.values():
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise CgroupUnavailable(
-                    f"cannot create {path}: {exc} (run workers as root)"
+                    f"cannot create {path}: {exc} (workers must run as root)"
                 ) from exc
-        self._limit_bytes = int((self._memory / "memory.limit_in_bytes").read_text())
-        with contextlib.suppress(OSError):
-            (self._memory / "memory.swappiness").write_text("0")
-        with contextlib.suppress(OSError):
-            (self._memory / "memory.move_charge_at_immigrate").write_text("0")
+        if self.v2:
+            with contextlib.suppress(OSError):
+                (self._memory / "memory.swap.max").write_text("0")
+            self._limit_bytes = -1
+        else:
+            self._limit_bytes = int((self._memory / "memory.limit_in_bytes").read_text())
+            with contextlib.suppress(OSError):
+                (self._memory / "memory.swappiness").write_text("0")
 
     def add_process(self, pid: int) -> None:
         """Move a process (all its threads) into the slot's cgroups."""
         for path in self.dirs.values():
             (path / "cgroup.procs").write_text(str(pid))
-        self._baseline_bytes = int((self._memory / "memory.usage_in_bytes").read_text())
+        self._baseline_bytes = self._usage_bytes()
 
     def prepare_execution(self, memory_mb: int, max_processes: int) -> None:
         """Set this execution's limits and reset its counters."""
         if self._whole_life and self._baseline_bytes is not None:
             usage = self._baseline_bytes
         else:
-            usage = int((self._memory / "memory.usage_in_bytes").read_text())
+            usage = self._usage_bytes()
         limit = usage + memory_mb * MIB
         # Rewrite the limit only when it moved by more than 1 MiB: it is on the hot path.
         if abs(limit - self._limit_bytes) > MIB:
             self._write_memory_limit(limit)
-        (self._memory / "memory.max_usage_in_bytes").write_text("0")
+        self._reset_peak()
         if max_processes != self._pids_max:
             # +1: the zygote itself lives in the cgroup.
-            (self.dirs["pids"] / "pids.max").write_text(str(max_processes + 1))
+            (self._pids / "pids.max").write_text(str(max_processes + 1))
             self._pids_max = max_processes
-        self._oom_kills_before = _read_oom_kills(self._memory)
+        self._oom_kills_before = self._oom_kills()
 
     def _write_memory_limit(self, limit: int) -> None:
+        if self.v2:
+            (self._memory / "memory.max").write_text(str(limit))
+            self._limit_bytes = limit
+            return
         memsw = self._memory / "memory.memsw.limit_in_bytes"
         has_memsw = memsw.exists()
         # memsw must stay >= the memory limit: raise it first when growing, after when shrinking.
@@ -108,19 +156,43 @@ class SlotCgroups:
             memsw.write_text(str(limit))
         self._limit_bytes = limit
 
+    def _reset_peak(self) -> None:
+        if not self.v2:
+            (self._memory / "memory.max_usage_in_bytes").write_text("0")
+            return
+        # v2 (Linux >= 6.12): a write to memory.peak resets the peak seen through that same
+        # descriptor. Older kernels refuse the write; peak memory is then not reported.
+        if self._peak_fd is None:
+            try:
+                self._peak_fd = os.open(self._memory / "memory.peak", os.O_RDWR)
+            except OSError:
+                self._peak_fd = -1
+        if self._peak_fd >= 0:
+            try:
+                os.write(self._peak_fd, b"reset\n")
+            except OSError:
+                os.close(self._peak_fd)
+                self._peak_fd = -1
+
+    def _peak_bytes(self) -> int | None:
+        if not self.v2:
+            return int((self._memory / "memory.max_usage_in_bytes").read_text())
+        if self._peak_fd is None or self._peak_fd < 0:
+            return None
+        return int(os.pread(self._peak_fd, 64, 0))
+
     def usage(self) -> CgroupUsage:
         """Peak memory since prepare_execution, and whether the OOM killer struck."""
-        peak = int((self._memory / "memory.max_usage_in_bytes").read_text())
+        peak = self._peak_bytes()
         return CgroupUsage(
-            peak_memory_mb=round(peak / MIB, 2),
-            oom_killed=_read_oom_kills(self._memory) > self._oom_kills_before,
+            peak_memory_mb=None if peak is None else round(peak / MIB, 2),
+            oom_killed=self._oom_kills() > self._oom_kills_before,
         )
 
     def pids(self) -> list[int]:
         """Host pids of every process in the slot's cgroups."""
         with contextlib.suppress(FileNotFoundError):
-            text = (self.dirs["pids"] / "cgroup.procs").read_text()
-            return [int(p) for p in text.split()]
+            return [int(p) for p in (self._pids / "cgroup.procs").read_text().split()]
         return []
 
     def kill_all(self) -> None:
@@ -136,15 +208,24 @@ class SlotCgroups:
     def destroy(self) -> None:
         """Kill what is left and remove the cgroups."""
         self.kill_all()
+        if self._peak_fd is not None and self._peak_fd >= 0:
+            os.close(self._peak_fd)
+        self._peak_fd = None
         for path in self.dirs.values():
-            with contextlib.suppress(OSError):
-                path.rmdir()
+            for _ in range(20):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self.kill_all()  # EBUSY: a process was still leaving
 
 
-def remove_stale(parent: str) -> None:
+def remove_stale(parent: str, root: Path = CGROUP_ROOT) -> None:
     """Remove empty slot cgroups left by workers that died (named ...-<pid>, pid gone)."""
-    for controller in CONTROLLERS:
-        base = CGROUP_ROOT / controller / parent
+    bases = [root / parent] if is_v2(root) else [root / c / parent for c in V1_CONTROLLERS]
+    for base in bases:
         if not base.is_dir():
             continue
         for path in base.iterdir():
