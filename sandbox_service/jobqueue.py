@@ -110,7 +110,6 @@ class JobQueue:
                 args=(job.payload,),
                 timeout=math.ceil(job.budget_s),
                 result_ttl=0,
-                ttl=self._result_ttl_s,
                 failure_ttl=self._result_ttl_s,
                 description=job.payload.get("rid") or job.job_id,
                 job_id=job.job_id,
