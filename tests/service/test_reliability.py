@@ -155,6 +155,10 @@ async def test_redis_down_answers_503_and_everything_recovers(
     try:
         async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
             assert (await http.post("/execute", json={"code": "print(1)"})).status_code == 200
+            # In flight while Redis dies (and comes back empty): run again, not lost.
+            code = "import time\ntime.sleep(1)\nprint('survived')"
+            in_flight = asyncio.create_task(http.post("/execute", json={"code": code}))
+            await asyncio.sleep(0.3)
             stop(own_redis.process)
 
             ready = await http.get("/readyz")
@@ -173,5 +177,7 @@ async def test_redis_down_answers_503_and_everything_recovers(
             response = await http.post("/execute", json={"code": "print('back')"})
             assert response.status_code == 200
             assert response.json()["stdout"] == "back\n"
+            survived = (await in_flight).json()
+            assert (survived["status"], survived["stdout"]) == ("ok", "survived\n"), survived
     finally:
         stack.stop()
