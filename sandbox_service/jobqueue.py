@@ -35,7 +35,8 @@ from rq.timeouts import JobTimeoutException
 from rq.worker import WorkerStatus
 
 from sandbox_service import keys
-from sandbox_service.jobs import ResultDict, encode_notice, encode_result
+from sandbox_service.execution import Status
+from sandbox_service.jobs import ResultDict, encode_notice, encode_result, failure_result
 
 log = logging.getLogger(__name__)
 
@@ -228,23 +229,29 @@ class LeanWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Queue) -> None:
         # BUSY first: RQ's SIGTERM handler then waits for this job (warm shutdown).
         self._state = WorkerStatus.BUSY
-        payload: dict[str, Any] = {}
+        reply_to = ""
         try:
             with self.connection.pipeline(transaction=False) as pipe:
                 job.prepare_for_execution(self.name, pipeline=pipe)
                 pipe.persist(job.key)
                 pipe.lrem(queue.intermediate_queue_key, 1, job.id)
                 pipe.execute()
-            payload = job.args[0]
+            payload: dict[str, Any] = job.args[0]
+            reply_to = str(payload.get("re", ""))
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):
                     result = self._handler.run(job.id, payload)
             except JobTimeoutException:
                 result = self._handler.abandon(job.id, payload, "the job exceeded its time budget")
-            self._deliver(job, payload.get("re", ""), result)
+            self._deliver(job, reply_to, result)
         except redis.RedisError:
             # The API's watchdog answers for this job (retry or sandbox_error).
             log.exception("redis failed around job %s", job.id)
+        except Exception as exc:  # a bad payload or a bug: answer, never leave the job hanging
+            log.exception("job %s failed in the worker", job.id)
+            with contextlib.suppress(redis.RedisError):
+                error = failure_result(Status.SANDBOX_ERROR, f"worker error: {exc}", job.id)
+                self._deliver(job, reply_to, error)
         finally:
             self._state = WorkerStatus.IDLE
 

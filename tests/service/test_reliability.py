@@ -14,6 +14,8 @@ import pytest
 import redis
 
 from sandbox_service import keys
+from sandbox_service.jobqueue import JobQueue, NewJob, connect
+from sandbox_service.jobs import decode_notice
 from sandbox_service.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env, stop
 
@@ -181,3 +183,14 @@ async def test_redis_down_answers_503_and_everything_recovers(
             assert (survived["status"], survived["stdout"]) == ("ok", "survived\n"), survived
     finally:
         stack.stop()
+
+
+def test_a_malformed_job_is_answered_not_dropped(stack: Stack, redis_client: redis.Redis) -> None:
+    queue = JobQueue(connect(stack.env["RL_SANDBOX_REDIS_URL"]), stack.queue, result_ttl_s=60)
+    reply = f"{stack.queue}:reply:malformed-test"
+    queue.enqueue([NewJob("malformed-1", {"re": reply, "no": "code"}, budget_s=30)])
+    popped = redis_client.blpop([reply], timeout=60)
+    assert popped is not None
+    job_id, result = decode_notice(popped[1])
+    assert job_id == "malformed-1" and result is not None
+    assert result["status"] == "sandbox_error" and "worker error" in result["stderr"]
