@@ -1,4 +1,4 @@
-"""Server settings: one Settings object built at start-up and passed down (env prefix RL_SANDBOX_)."""
+"""Server settings: one Settings object built at start-up and passed down (env RL_SANDBOX_*)."""
 
 from __future__ import annotations
 
