@@ -42,6 +42,11 @@ def up(settings: Settings, host: str, port: int) -> int:
             url=f"http://{host}:{port}", workers=settings.workers, docs=f"http://{host}:{port}/docs"
         ),
     )
+    print(
+        f"rl-sandbox: API on http://{host}:{port} (docs: /docs), {settings.workers} workers;"
+        " Ctrl-C stops everything",
+        flush=True,
+    )
     status = 0
     while not stop.wait(0.2):
         dead = {
