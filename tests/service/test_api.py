@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
 import signal
 
 import httpx
 import pytest
+
+from tests.service.stack import Stack
 
 RESULT_FIELDS = {
     "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
@@ -257,3 +260,22 @@ async def test_metrics_are_present_and_move(client: httpx.AsyncClient) -> None:
     assert metric(after, "rl_sandbox_workers_alive") == 2
     assert "rl_sandbox_queue_depth " in after
     assert metric(after, "rl_sandbox_redis_up") == 1
+
+
+async def test_request_id_reaches_the_worker_log(client: httpx.AsyncClient, stack: Stack) -> None:
+    response = await client.post(
+        "/execute", json={"code": "print(1)"}, headers={"X-Request-ID": "e2e-trace-42"}
+    )
+    job_id = response.json()["id"]
+    expected = {("api", "POST /execute 200"), ("worker", "job done")}
+    for _ in range(100):  # the API logs its line just after the response has left
+        text = stack.log_path.read_text()
+        lines = [json.loads(line) for line in text.splitlines() if "{" in line]
+        mine = [line for line in lines if line.get("request_id") == "e2e-trace-42"]
+        components = {(line["component"], line["msg"]) for line in mine}
+        if expected <= components:
+            break
+        await asyncio.sleep(0.05)
+    assert ("api", "POST /execute 200") in components
+    assert ("worker", "job done") in components
+    assert any(line.get("job_id") == job_id for line in mine)
