@@ -270,7 +270,7 @@ async def test_request_id_reaches_the_worker_log(client: httpx.AsyncClient, stac
     expected = {("api", "POST /execute 200"), ("worker", "job done")}
     for _ in range(100):  # the API logs its line just after the response has left
         text = stack.log_path.read_text()
-        lines = [json.loads(line) for line in text.splitlines() if line.startswith("{\"ts\"")]
+        lines = [json.loads(line) for line in text.splitlines() if line.startswith('{"ts"')]
         mine = [line for line in lines if line.get("request_id") == "e2e-trace-42"]
         components = {(line["component"], line["msg"]) for line in mine}
         if expected <= components:
