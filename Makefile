@@ -12,7 +12,7 @@ DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
 # even with the several-GB PyTorch wheel of the `rl` extra.
 EXTRAS ?= dev,rl,deploy
 
-.PHONY: help setup system-packages run test test-fast lint format bench loadtest deploy-check clean
+.PHONY: help setup system-packages run test test-fast lint format bench loadtest deploy-check clean demo-rl
 
 help:
 	@echo "make run    - set up and run the service locally (API on http://127.0.0.1:8000)"
@@ -71,3 +71,8 @@ deploy-check: setup
 	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \
 	  $(UV) pip install -q --python $(PY) -e '.[$(EXTRAS),deploy]' && touch $(VENV)/.installed-deploy; }
 	$(PY) deploy/check.py
+
+# The CPU end-to-end GRPO-RoC recipe: tiny model and tokenizer built locally, SFT then RL against
+# a private rl-sandbox that the run starts and stops. Writes runs/demo-rl/{metrics.jsonl,metrics.png}.
+demo-rl: setup
+	$(VENV)/bin/rl-sandbox train --config configs/demo-rl.toml

@@ -34,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: cores)"
     )
+
+    train = sub.add_parser("train", help="GRPO-RoC training from a config file (rl extra)")
+    train.add_argument("--config", required=True, help="run configuration (TOML)")
+    train.add_argument("--run-dir", default=None, help="output directory (default runs/<name>)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
 
@@ -56,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sandbox_service.run_once import run_once
 
         return run_once(args)
+    if args.command == "train":
+        from rl.trainer import train_command
+
+        return train_command(args.config, run_dir=args.run_dir, progress=not args.no_progress)
     settings = _settings(args)
     if args.command == "up":
         from sandbox_service.up import up

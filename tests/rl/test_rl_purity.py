@@ -16,6 +16,16 @@ from rl.config import GRPOConfig
 
 RL_DIR = Path(rl.__file__).resolve().parent
 FORBIDDEN = {"fastapi", "rq", "redis", "httpx", "uvicorn", "sandbox_service", "trainer_client"}
+EDGES = {
+    # The rollout loop reads tool calls and renders results with trainer_client's pure helpers
+    # and sends them through any object with SandboxClient.execute.
+    "rollout.py": {"trainer_client"},
+    "sft.py": {"trainer_client"},
+    "tasks.py": {"trainer_client"},  # the tool's name, for demonstrations
+    "trainer.py": {"trainer_client"},  # creates the SandboxClient
+    "engine_openai.py": {"httpx"},  # the OpenAI-compatible server client
+}
+"""The modules that touch an outside system, and the one each may touch."""
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -30,7 +40,7 @@ def imported_roots(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(RL_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_no_module_imports_a_service(path: Path) -> None:
-    assert not imported_roots(path) & FORBIDDEN
+    assert not imported_roots(path) & (FORBIDDEN - EDGES.get(path.name, set()))
 
 
 def test_importing_the_selection_and_reward_code_loads_nothing_heavy() -> None:

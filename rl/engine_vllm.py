@@ -1,0 +1,144 @@
+"""VLLMEngine: vLLM in the trainer's process (colocated), weights synced after each update.
+
+Used only where vllm is installed (`pip install vllm` on a GPU host); nothing here is imported
+otherwise. It has NOT been run in this repository's CI (no GPU, no vllm there): it is written
+against vLLM's documented async API (`AsyncLLMEngine.from_engine_args`, `generate(prompt,
+sampling_params, request_id)` yielding `RequestOutput`s, `TokensPrompt`, `SamplingParams` with
+`logprobs=0` for the sampled token's log-prob) and its worker RPC (`collective_rpc`) for the
+weight sync. Check it on a GPU before relying on it; docs/rl.md says how.
+
+KV capacity: vLLM's paged cache holds `num_gpu_blocks * block_size` tokens, known after it
+profiled memory at start-up; the scheduler reserves against that.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from rl.engine import Generation, SamplingParams
+
+_ids = itertools.count()
+
+
+class VLLMWorkerExtension:
+    """Mixed into vLLM's GPU worker (`worker_extension_cls`): loads weights sent by the trainer.
+
+    Colocated, the trainer and vLLM share the GPU; the tensors travel through collective_rpc
+    (same process with VLLM_ENABLE_V1_MULTIPROCESSING=0, CUDA IPC otherwise).
+    """
+
+    model_runner: Any
+
+    def rl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Load (name, tensor) pairs into the running model (names as in the HF checkpoint)."""
+        self.model_runner.model.load_weights(weights=weights)
+
+
+class VLLMEngine:
+    """An Engine over vllm.AsyncLLMEngine, colocated with the trainer on one GPU."""
+
+    def __init__(self, engine: Any, *, name: str, capacity_tokens: int) -> None:
+        self._engine = engine
+        self._name = name
+        self._capacity = capacity_tokens
+
+    @classmethod
+    def create(
+        cls,
+        model_path: str,
+        *,
+        name: str = "vllm0",
+        capacity_tokens: int = 0,
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+        max_model_len: int | None = None,
+    ) -> VLLMEngine:
+        """Start vLLM on model_path; capacity 0 means the engine's own KV-cache size."""
+        from vllm import AsyncEngineArgs, AsyncLLMEngine
+
+        args = AsyncEngineArgs(
+            model=model_path,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            max_model_len=max_model_len,
+            enable_prefix_caching=True,  # the turns of a rollout share their prefix
+            worker_extension_cls=f"{__name__}.VLLMWorkerExtension",
+        )
+        engine = AsyncLLMEngine.from_engine_args(args)
+        if capacity_tokens <= 0:
+            capacity_tokens = _kv_capacity_tokens(engine)
+        return cls(engine, name=name, capacity_tokens=capacity_tokens)
+
+    @property
+    def name(self) -> str:
+        """This engine's name in reports."""
+        return self._name
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens of paged KV cache."""
+        return self._capacity
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """One turn; vLLM batches concurrent requests itself (continuous batching)."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sampling = VSamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop),
+            stop_token_ids=list(params.stop_token_ids),
+            include_stop_str_in_output=True,
+            logprobs=0,  # the sampled token's log-prob only
+        )
+        final = None
+        request_id = f"{self._name}-{next(_ids)}"
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        async for output in self._engine.generate(prompt, sampling, request_id):
+            final = output
+        if final is None:
+            raise RuntimeError(f"vLLM returned nothing for {request_id}")
+        completion = final.outputs[0]
+        token_ids = list(completion.token_ids)
+        logprobs = None
+        if completion.logprobs is not None:
+            logprobs = [
+                float(step[token].logprob)
+                for step, token in zip(completion.logprobs, token_ids, strict=True)
+            ]
+        reason = "length" if completion.finish_reason == "length" else "stop"
+        return Generation(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=reason,
+            stop=completion.stop_reason,
+            text=completion.text,
+        )
+
+    async def sync_weights(self, named_parameters: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy the trainer's weights into vLLM (after each update), then drop stale cache."""
+        weights = [(name, tensor.detach()) for name, tensor in named_parameters]
+        await self._engine.collective_rpc("rl_load_weights", args=(weights,))
+        await self._engine.reset_prefix_cache()
+
+    async def aclose(self) -> None:
+        """Shut vLLM down."""
+        shutdown = getattr(self._engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+def _kv_capacity_tokens(engine: Any) -> int:
+    config = getattr(engine, "vllm_config", None)
+    cache = getattr(config, "cache_config", None)
+    blocks = getattr(cache, "num_gpu_blocks", None)
+    if not blocks:
+        raise RuntimeError("vLLM did not report its KV-cache size; set capacity_tokens")
+    return int(blocks) * int(cache.block_size)
