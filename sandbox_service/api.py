@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from sandbox_service import __version__
+from sandbox_service.compat_routes import codejudge_router, sandboxfusion_router
 from sandbox_service.dispatch import Dispatcher, Overloaded, Unavailable
 from sandbox_service.edge import Edge
 from sandbox_service.jobs import JobPayload, ResultDict
@@ -164,6 +165,11 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.redis_up.set(0)
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    async def run_requests(requests: list[ExecuteRequest], route: str) -> list[ResultDict]:
+        return await run([to_payload(request) for request in requests], route)
+
+    app.include_router(codejudge_router(settings, run_requests, metrics))
+    app.include_router(sandboxfusion_router(settings, run_requests, metrics))
     _document_bodies(app, (ExecuteRequest, BatchRequest))
     return app
 

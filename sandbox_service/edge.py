@@ -24,6 +24,7 @@ OPEN_PATHS = frozenset({"/healthz"})
 
 KNOWN_ROUTES = frozenset(
     {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}
+    | {"/run", "/run/batch", "/run/long-batch", "/run_code"}  # compat_routes
 )
 
 

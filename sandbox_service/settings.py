@@ -90,6 +90,12 @@ class Settings(BaseSettings):
     max_sessions_per_worker: int = Field(16, ge=1)
     """Live sessions one worker holds; the least recently used is evicted past it."""
 
+    # --- drop-in compatibility (docs/compatibility.md) ---
+    codejudge_timeout_s: float = Field(10.0, gt=0)
+    """Time limit of each code-judge submission: its MAX_EXECUTION_TIME (rStar2-Agent sets 4)."""
+    codejudge_memory_mb: int = Field(384, ge=16)
+    """Memory of each code-judge submission: its MAX_MEMORY (256 MB) plus its 128 MB headroom."""
+
     # --- HTTP server ---
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

@@ -1,0 +1,160 @@
+"""code-judge's wire format (the rStar2-Agent trainer's sandbox), mapped onto ours (pure).
+
+Models follow code-judge 0.0.5 (`app/model.py`) field for field; like code-judge they ignore
+unknown fields. A submission becomes an ExecuteRequest with the server's code-judge limits
+(code-judge has no per-request limits: its MAX_EXECUTION_TIME and MAX_MEMORY are server-wide),
+and an ExecuteResult becomes a SubmissionResult:
+
+    our status      run_success  success                        reason          stdout/stderr
+    ok              true         expected_output matches         ""              first 1000 chars
+    error           false        false                           ""              first 1000 chars
+    memory_limit    false        false                           ""              first 1000 chars
+    killed          false        false                           ""              first 1000 chars
+    timeout         false        false                           worker_timeout  first 1000 chars
+    queue_timeout   false        false                           queue_timeout   null
+    sandbox_error   false        false                           internal_error  null
+    (cannot run)    false        false                           invalid_input   stderr says why
+
+`success` compares stripped stdout with stripped `expected_output` when one is given, as
+code-judge does. Output is cut to code-judge's MAX_STDOUT_ERROR_LENGTH after the comparison, so
+a trainer sees what it saw under code-judge.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from sandbox_service.execution import Status
+from sandbox_service.models import ExecuteRequest, ExecuteResult
+from sandbox_service.settings import Settings
+from sandbox_service.validation import check_request
+
+MAX_OUTPUT_CHARS = 1000
+"""code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""
+
+RUNNABLE_TYPES = ("python",)
+"""Submission types this server runs; code-judge's `cpp` and `math` get `invalid_input`."""
+
+_FIELD_NAMES = {"code": "solution", "stdin": "input"}
+"""Our request fields under their code-judge names, for invalid_input messages."""
+
+Reason = Literal["", "worker_timeout", "queue_timeout", "internal_error", "invalid_input"]
+
+
+class Submission(BaseModel):
+    """One program (code-judge's `Submission`); `input` is its stdin."""
+
+    sub_id: str | None = None
+    type: Literal["python", "cpp", "math"]
+    options: dict[str, str] | None = None
+    """Accepted and unused, as in code-judge."""
+    solution: str
+    input: str | None = None
+    expected_output: str | None = None
+
+
+class SubmissionResult(BaseModel):
+    """What happened to one submission (code-judge's `SubmissionResult`)."""
+
+    sub_id: str
+    success: bool
+    run_success: bool
+    cost: float
+    """Seconds: the program's run time, or the time waited when it never ran."""
+    stdout: str | None = None
+    stderr: str | None = None
+    reason: Reason = ""
+
+
+class BatchSubmission(BaseModel):
+    """Several submissions (code-judge's `BatchSubmission`)."""
+
+    sub_id: str | None = None
+    type: Literal["batch"] = "batch"
+    submissions: list[Submission] = Field(min_length=1)
+
+
+class BatchSubmissionResult(BaseModel):
+    """Results in the order of the submissions (code-judge's `BatchSubmissionResult`)."""
+
+    sub_id: str
+    results: list[SubmissionResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A submission ready to run: the request, with what its result is compared against."""
+
+    sub_id: str
+    request: ExecuteRequest
+    expected_output: str | None
+
+
+def sub_id_of(sub_id: str | None) -> str:
+    """The given id, or a fresh uuid4 string as code-judge makes when none (or "") is given."""
+    return sub_id or str(uuid.uuid4())
+
+
+def plan(submission: Submission, settings: Settings) -> Planned | SubmissionResult:
+    """The request to run for a submission, or its `invalid_input` result when it cannot run."""
+    sub_id = sub_id_of(submission.sub_id)
+    if submission.type not in RUNNABLE_TYPES:
+        return invalid_input(
+            sub_id,
+            f"type {submission.type!r} is not supported by this server; "
+            f"supported: {', '.join(RUNNABLE_TYPES)}",
+        )
+    request = ExecuteRequest(
+        code=submission.solution,
+        stdin=submission.input or "",
+        timeout=min(settings.codejudge_timeout_s, settings.max_timeout),
+        memory_mb=min(settings.codejudge_memory_mb, settings.max_memory_mb),
+    )
+    problems = check_request(request, settings, ())
+    if problems:
+        message = "; ".join(
+            f"{_FIELD_NAMES.get(p['loc'][-1], p['loc'][-1])}: {p['msg']}" for p in problems
+        )
+        return invalid_input(sub_id, message)
+    return Planned(sub_id, request, submission.expected_output)
+
+
+def invalid_input(sub_id: str, message: str) -> SubmissionResult:
+    """The result of a submission that was not run; `stderr` says why."""
+    return SubmissionResult(
+        sub_id=sub_id, success=False, run_success=False, cost=0.0, stderr=message,
+        reason="invalid_input",
+    )  # fmt: skip
+
+
+def not_run(sub_id: str, reason: Reason, waited_s: float) -> SubmissionResult:
+    """The result of a submission the service could not take (overload, Redis down)."""
+    return SubmissionResult(
+        sub_id=sub_id, success=False, run_success=False, cost=max(0.0, waited_s), reason=reason
+    )
+
+
+def to_submission_result(planned: Planned, result: ExecuteResult) -> SubmissionResult:
+    """code-judge's result of one execution (see the table in the module doc)."""
+    status = Status(result.status)
+    if status is Status.QUEUE_TIMEOUT:
+        return not_run(planned.sub_id, "queue_timeout", result.queue_time)
+    if status is Status.SANDBOX_ERROR:
+        return not_run(planned.sub_id, "internal_error", result.wall_time)
+    run_success = status is Status.OK
+    success = run_success and (
+        planned.expected_output is None or result.stdout.strip() == planned.expected_output.strip()
+    )
+    return SubmissionResult(
+        sub_id=planned.sub_id,
+        success=success,
+        run_success=run_success,
+        cost=result.wall_time,
+        stdout=result.stdout[:MAX_OUTPUT_CHARS],
+        stderr=result.stderr[:MAX_OUTPUT_CHARS],
+        reason="worker_timeout" if status is Status.TIMEOUT else "",
+    )

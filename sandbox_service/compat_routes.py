@@ -1,0 +1,156 @@
+"""HTTP routes of the drop-in wire formats: code-judge (`/run*`) and SandboxFusion (`/run_code`).
+
+They run through the same path as `/execute` (api.create_app hands its runner in): the wire
+mapping is in compat_codejudge and compat_sandboxfusion. The service's own refusals are answered
+in each peer's style instead of our 429/503, so that its clients react as they were written to:
+
+    refusal                 code-judge (HTTP 200)         SandboxFusion (HTTP 200)
+    queue full (our 429)    reason `queue_timeout`        status `SandboxError` + Retry-After
+    Redis down, draining    reason `internal_error`       status `SandboxError`
+
+rStar2-Agent's client resubmits exactly the `queue_timeout` items; verl scores SandboxError -1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+from sandbox_service.compat_codejudge import (
+    BatchSubmission,
+    BatchSubmissionResult,
+    Planned,
+    Reason,
+    Submission,
+    SubmissionResult,
+    not_run,
+    plan,
+    sub_id_of,
+    to_submission_result,
+)
+from sandbox_service.compat_sandboxfusion import (
+    InvalidRequest,
+    RunCodeRequest,
+    RunCodeResponse,
+    Unsupported,
+    sandbox_error,
+    to_execute_request,
+    to_run_code_response,
+)
+from sandbox_service.dispatch import Overloaded, Unavailable
+from sandbox_service.jobs import ResultDict
+from sandbox_service.metrics import Metrics
+from sandbox_service.models import ExecuteRequest, ExecuteResult
+from sandbox_service.settings import Settings
+
+RunRequests = Callable[[list[ExecuteRequest], str], Awaitable[list[ResultDict]]]
+"""The API's execution path: admit the requests whole or not at all, await their results."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The service did not take the requests; nothing of them ran."""
+
+    kind: Literal["queue_full", "unavailable"]
+    message: str
+    waited_s: float
+
+
+async def run_or_refuse(
+    run: RunRequests, requests: list[ExecuteRequest], route: str, metrics: Metrics
+) -> list[ExecuteResult] | Refusal:
+    """The results of the requests, or why the service refused them all."""
+    started = time.monotonic()
+    try:
+        results = await run(requests, route)
+    except Overloaded as exc:
+        kind: Literal["queue_full", "unavailable"] = "queue_full"
+        message = str(exc)
+    except Unavailable as exc:
+        kind, message = "unavailable", str(exc)
+    else:
+        return [ExecuteResult.model_validate(result) for result in results]
+    metrics.rejected.labels(kind).inc()
+    return Refusal(kind, message, time.monotonic() - started)
+
+
+def codejudge_router(settings: Settings, run: RunRequests, metrics: Metrics) -> APIRouter:
+    """`POST /run`, `/run/batch` and `/run/long-batch` in code-judge's wire format."""
+    router = APIRouter(tags=["code-judge compatibility"])
+
+    async def run_chunk(chunk: Sequence[Planned], route: str) -> list[SubmissionResult]:
+        outcome = await run_or_refuse(run, [p.request for p in chunk], route, metrics)
+        if isinstance(outcome, Refusal):
+            reason: Reason = "queue_timeout" if outcome.kind == "queue_full" else "internal_error"
+            return [not_run(p.sub_id, reason, outcome.waited_s) for p in chunk]
+        return [to_submission_result(p, r) for p, r in zip(chunk, outcome, strict=True)]
+
+    async def judge(submissions: Sequence[Submission], route: str) -> list[SubmissionResult]:
+        # code-judge takes batches of any length: past max_batch, chunks are admitted one by one,
+        # and a chunk refused for a full queue comes back `queue_timeout`, to be resubmitted.
+        plans = [plan(submission, settings) for submission in submissions]
+        runnable = [p for p in plans if isinstance(p, Planned)]
+        size = settings.max_batch
+        chunks = [runnable[i : i + size] for i in range(0, len(runnable), size)]
+        chunk_results = await asyncio.gather(*(run_chunk(chunk, route) for chunk in chunks))
+        done = iter([result for results in chunk_results for result in results])
+        return [next(done) if isinstance(p, Planned) else p for p in plans]
+
+    @router.post("/run", response_model=SubmissionResult)
+    async def run_one(submission: Submission) -> Response:
+        """Run one submission (code-judge's `/run`)."""
+        (result,) = await judge([submission], "/run")
+        return _json(result)
+
+    @router.post("/run/batch", response_model=BatchSubmissionResult)
+    async def run_batch(batch: BatchSubmission) -> Response:
+        """Run submissions in parallel; results in submission order (code-judge's `/run/batch`)."""
+        results = await judge(batch.submissions, "/run/batch")
+        return _json(BatchSubmissionResult(sub_id=sub_id_of(batch.sub_id), results=results))
+
+    @router.post("/run/long-batch", response_model=BatchSubmissionResult)
+    async def run_long_batch(batch: BatchSubmission) -> Response:
+        """`/run/batch` for large batches (code-judge's `/run/long-batch`, rStar2-Agent's call)."""
+        results = await judge(batch.submissions, "/run/long-batch")
+        return _json(BatchSubmissionResult(sub_id=sub_id_of(batch.sub_id), results=results))
+
+    return router
+
+
+def sandboxfusion_router(settings: Settings, run: RunRequests, metrics: Metrics) -> APIRouter:
+    """`POST /run_code` in SandboxFusion's wire format."""
+    router = APIRouter(tags=["SandboxFusion compatibility"])
+
+    @router.post("/run_code", response_model=RunCodeResponse)
+    async def run_code(body: RunCodeRequest) -> Response:
+        """Run one program (SandboxFusion's `/run_code`); only `python` runs here."""
+        try:
+            request = to_execute_request(body, settings)
+        except Unsupported as exc:
+            return _json(sandbox_error(str(exc)))
+        except InvalidRequest as exc:
+            raise RequestValidationError(exc.problems) from None
+        outcome = await run_or_refuse(run, [request], "/run_code", metrics)
+        if isinstance(outcome, Refusal):
+            if outcome.kind == "unavailable":
+                return _json(sandbox_error(outcome.message))
+            retry = f"nothing ran; retry after {settings.retry_after_s} s"
+            return _json(
+                sandbox_error(f"{outcome.message}; {retry}"),
+                headers={"Retry-After": str(settings.retry_after_s)},
+            )
+        return _json(to_run_code_response(outcome[0]))
+
+    return router
+
+
+def _json(model: BaseModel, headers: dict[str, str] | None = None) -> Response:
+    return Response(model.model_dump_json(), media_type="application/json", headers=headers)
