@@ -63,6 +63,8 @@ class SessionPool:
         self._spares: list[_LiveSession] = []
         self._lock = threading.Lock()
         self._starting = 0
+        self._threads: list[threading.Thread] = []
+        self._closed = False
         self._serial = itertools.count()
         base = make_layout(settings, slot, "warm")
         self._layout = replace(base, session=True, preload=True, once=False, time_limit_s=0)
@@ -97,7 +99,9 @@ class SessionPool:
             missing = self._spares_wanted - len(self._spares) - self._starting
             self._starting += max(missing, 0)
         for _ in range(max(missing, 0)):
-            threading.Thread(target=self._start_spare, daemon=True).start()
+            thread = threading.Thread(target=self._start_spare, daemon=True)
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread.start()
 
     def _start_spare(self) -> None:
         try:
@@ -107,8 +111,11 @@ class SessionPool:
             spare = None
         with self._lock:
             self._starting -= 1
-            if spare is not None:
+            keep = spare is not None and not self._closed
+            if keep and spare is not None:
                 self._spares.append(spare)
+        if spare is not None and not keep:
+            self._discard(spare)  # the pool was closed while this spare started
 
     def _take_jail(self) -> _LiveSession:
         with self._lock:
@@ -195,9 +202,13 @@ class SessionPool:
         return expired
 
     def close(self) -> None:
-        """End every session and spare."""
+        """End every session and spare (waiting for spares still starting)."""
         for sid in list(self._live):
             self.end(sid)
+        with self._lock:
+            self._closed = True
+        for thread in self._threads:
+            thread.join(timeout=30)
         with self._lock:
             spares, self._spares = self._spares, []
         for spare in spares:
