@@ -176,7 +176,7 @@ def warm_up_while_idle(sock: socket.socket) -> None:
     if os.getloadavg()[0] >= (os.cpu_count() or 1):
         return
 
-    interrupted = []
+    interrupted: list[bool] = []
 
     def check(_signum: int, _frame: object) -> None:
         # Raise once: a tick landing while the timer is being disarmed must not raise again.
@@ -460,25 +460,6 @@ def _fetch_files(
             continue
         found[rel_path] = base64.b64encode(data).decode()
     return found, missing, errors
-
-
-def _wait_child(pid: int, deadline: float, sock: socket.socket) -> tuple[int, float, bool]:
-    """Wait for the child until the deadline; return (wait status, cpu seconds, timed out)."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return -1, 0.0, True
-            ready, _, _ = select.select([pidfd, sock.fileno()], [], [], remaining)
-            if pidfd in ready:
-                _, status, usage = os.wait4(pid, 0)
-                return status, usage.ru_utime + usage.ru_stime, False
-            if sock.fileno() in ready:
-                # The worker only writes during a run to abort it (or it went away).
-                return -1, 0.0, True
-    finally:
-        os.close(pidfd)
 
 
 def standby(sock: socket.socket, forward_fd: int) -> None:
