@@ -35,6 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=None, help="worker processes (default: cores)"
     )
 
+    bench = sub.add_parser(
+        "bench", help="concurrency sweep on loopback, next to fresh `python -c`; table and plot"
+    )
+    bench.add_argument("--url", default=None, help="a service on loopback (default: start one)")
+    bench.add_argument(
+        "--workloads", default="print,sympy", help="comma list of print, sympy, numpy, flood"
+    )
+    bench.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64, 256, 1024])
+    bench.add_argument("--point-s", type=float, default=8.0, help="seconds of calls per point")
+    bench.add_argument("--max-calls", type=int, default=20000, help="most calls per point")
+    bench.add_argument("--no-baseline", action="store_true", help="skip fresh `python -c`")
+    bench.add_argument("--workers", type=int, default=None, help="workers of the private stack")
+    bench.add_argument("--out", default="reports/bench", help="directory of the report and plot")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     train = sub.add_parser("train", help="GRPO-RoC training from a config file (rl extra)")
     train.add_argument("--config", required=True, help="run configuration (TOML)")
     train.add_argument("--run-dir", default=None, help="output directory (default runs/<name>)")
@@ -65,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rl.trainer import train_command
 
         return train_command(args.config, run_dir=args.run_dir, progress=not args.no_progress)
+    if args.command == "bench":
+        from sandbox_service.bench import bench_command
+
+        return bench_command(args)
     settings = _settings(args)
     if args.command == "up":
         from sandbox_service.up import up

@@ -1,0 +1,207 @@
+"""The benchmark's output: progress bar, ratios against the baseline, Markdown table, PNG plot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+
+
+class Counted(Protocol):
+    """What the progress bar reads of the point in progress."""
+
+    latencies_s: list[float]
+    failed: int
+
+
+class Progress:
+    """A one-line progress bar on stderr: points done, the point running, its calls so far."""
+
+    def __init__(self, total: int, enabled: bool = True, width: int = 24) -> None:
+        self._total = max(total, 1)
+        self._done = 0
+        self._enabled = enabled
+        self._width = width
+        self._tty = sys.stderr.isatty()
+        self._started = time.monotonic()
+
+    async def track(self, label: str, point: Counted, work: Awaitable[None]) -> None:
+        """Run one point's work, redrawing the bar while it runs."""
+        ticker = asyncio.create_task(self._tick(label, point)) if self._enabled else None
+        try:
+            await work
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+            self._done += 1
+            self._draw(label, point)
+
+    async def _tick(self, label: str, point: Counted) -> None:
+        # On a terminal the line is redrawn in place; in a log, one line every 10 s.
+        while True:
+            if self._tty:
+                self._draw(label, point)
+            await asyncio.sleep(0.25 if self._tty else 10.0)
+            if not self._tty:
+                self._draw(label, point)
+
+    def _draw(self, label: str, point: Counted) -> None:
+        if not self._enabled:
+            return
+        filled = self._width * self._done // self._total
+        bar = "#" * filled + "." * (self._width - filled)
+        calls = len(point.latencies_s)
+        failed = f", {point.failed} FAILED" if point.failed else ""
+        line = (
+            f"[{bar}] {self._done}/{self._total} {time.monotonic() - self._started:5.0f}s "
+            f"{label}: {calls} calls{failed}"
+        )
+        if self._tty:
+            sys.stderr.write("\r\x1b[2K" + line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        """End the bar's line."""
+        if self._enabled and self._tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _best(rows: Sequence[Row], target: str, workload: str) -> Row | None:
+    mine = [r for r in rows if r["target"] == target and r["workload"] == workload]
+    return max(mine, key=lambda r: r["calls_per_s"], default=None)
+
+
+def _at(rows: Sequence[Row], target: str, workload: str, concurrency: int) -> Row | None:
+    for r in rows:
+        if (r["target"], r["workload"], r["concurrency"]) == (target, workload, concurrency):
+            return r
+    return None
+
+
+def ratios(rows: Sequence[Row]) -> list[Row]:
+    """Per workload: best service throughput over best baseline throughput, and the p50 of one
+    call at concurrency 1 (baseline over service), both measured in the same run."""
+    out: list[Row] = []
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        service, baseline = _best(rows, "service", workload), _best(rows, "baseline", workload)
+        if service is None or baseline is None or not baseline["calls_per_s"]:
+            continue
+        entry: Row = {
+            "workload": workload,
+            "service_best_calls_per_s": service["calls_per_s"],
+            "service_best_at_concurrency": service["concurrency"],
+            "baseline_best_calls_per_s": baseline["calls_per_s"],
+            "throughput_ratio": round(service["calls_per_s"] / baseline["calls_per_s"], 2),
+        }
+        s1, b1 = _at(rows, "service", workload, 1), _at(rows, "baseline", workload, 1)
+        if s1 is not None and b1 is not None and s1["p50_ms"]:
+            entry["service_p50_ms_c1"] = s1["p50_ms"]
+            entry["baseline_p50_ms_c1"] = b1["p50_ms"]
+            entry["p50_speedup_c1"] = round(b1["p50_ms"] / s1["p50_ms"], 2)
+        out.append(entry)
+    return out
+
+
+def table(report: Row) -> str:
+    """The report as Markdown: one row per point, then the ratios."""
+    cols = ["target", "workload", "concurrency", "calls", "failed", "calls_per_s"]
+    cols += ["p50_ms", "p99_ms", "load_avg_1m"]
+    lines = [
+        f"cores {report['cores']}, load average before {report['load_avg_before']}, "
+        f"after {report['load_avg_after']}",
+        "",
+        "| "
+        + " | ".join(cols)
+        + " | CPU ms/call (api, workers, jail, redis) | API RSS MiB (start/max/end) |",
+        "|" + "---|" * (len(cols) + 2),
+    ]
+    for r in report["points"]:
+        cpu = r.get("cpu_ms_per_call") or {}
+        cpu_text = "/".join(
+            f"{cpu[k]:.2f}" for k in ("api", "workers", "jail", "redis") if k in cpu
+        )
+        rss = (r.get("rss_mb") or {}).get("api")
+        rss_text = f"{rss['start']:.0f}/{rss['max']:.0f}/{rss['end']:.0f}" if rss else ""
+        cells = [str(r[c]) for c in cols] + [cpu_text, rss_text]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| workload | service best/s | baseline best/s | throughput ratio"
+        " | p50 c=1 service ms | p50 c=1 baseline ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for q in report["ratios"]:
+        lines.append(
+            f"| {q['workload']} | {q['service_best_calls_per_s']} "
+            f"(c={q['service_best_at_concurrency']}) | {q['baseline_best_calls_per_s']} | "
+            f"{q['throughput_ratio']}x | {q.get('service_p50_ms_c1', '')} | "
+            f"{q.get('baseline_p50_ms_c1', '')} |"
+        )
+    failures = [r for r in report["points"] if r["failed"]]
+    for r in failures:
+        lines.append(
+            f"\nFAILED: {r['target']} {r['workload']} c={r['concurrency']}: {r['failed']} calls;"
+            f" first: {r['first_failure']}"
+        )
+    return "\n".join(lines)
+
+
+def plot(report: Row, path: Path) -> bool:
+    """Throughput and p50/p99 against concurrency, one row per workload; False without
+    matplotlib (the `dev` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows: list[Row] = report["points"]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig, axes = plt.subplots(len(workloads), 2, figsize=(10, 3.2 * len(workloads)), squeeze=False)
+    for (ax_tp, ax_lat), workload in zip(axes, workloads, strict=True):
+        service = sorted(
+            (r for r in rows if r["target"] == "service" and r["workload"] == workload),
+            key=lambda r: r["concurrency"],
+        )
+        conc = [r["concurrency"] for r in service]
+        ax_tp.plot(conc, [r["calls_per_s"] for r in service], "o-", label="service")
+        base = _best(rows, "baseline", workload)
+        if base is not None:
+            ax_tp.axhline(base["calls_per_s"], color="gray", ls="--",
+                          label=f"python -c (best, c={base['concurrency']})")  # fmt: skip
+        ax_tp.set_title(f"{workload}: throughput")
+        ax_tp.set_ylabel("calls/s")
+        ax_lat.plot(conc, [r["p50_ms"] for r in service], "o-", label="service p50")
+        ax_lat.plot(conc, [r["p99_ms"] for r in service], "s--", label="service p99")
+        base1 = _at(rows, "baseline", workload, 1)
+        if base1 is not None:
+            ax_lat.axhline(base1["p50_ms"], color="gray", ls="--", label="python -c p50, c=1")
+        ax_lat.set_yscale("log")
+        ax_lat.set_title(f"{workload}: latency")
+        ax_lat.set_ylabel("ms")
+        for ax in (ax_tp, ax_lat):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency (callers in flight)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.suptitle(
+        f"rl-sandbox bench, {report['cores']} cores, load average before/after "
+        f"{report['load_avg_before'][0]}/{report['load_avg_after'][0]}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
