@@ -456,7 +456,11 @@ def test_deep_recursion_is_an_error(run: RunFn) -> None:
 
 
 def test_unbounded_recursion_limit_crashes_cleanly(run: RunFn) -> None:
-    result = run("import sys\nsys.setrecursionlimit(10**8)\ndef f(n): return f(n + 1)\nf(0)")
+    result = run(
+        "import sys\nsys.setrecursionlimit(10**8)\ndef f(n): return f(n + 1)\nf(0)",
+        memory_mb=128,
+        timeout_s=30.0,
+    )
     # Python frames live on the heap (3.12): the memory limit or the C stack ends it.
     assert result.status in (Status.KILLED, Status.ERROR, Status.MEMORY_LIMIT)
 
