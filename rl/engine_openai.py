@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from rl.engine import Generation, SamplingParams, find_stop
+from rl.engine import FinishReason, Generation, SamplingParams, find_stop
 
 
 class OpenAIEngine:
@@ -87,7 +87,7 @@ class OpenAIEngine:
                 logprobs = None
         if logprobs is not None and len(logprobs) != len(tokens):
             logprobs = None
-        reason = "length" if choice.get("finish_reason") == "length" else "stop"
+        reason: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
         if stop is None and reason == "stop":
             hit = find_stop(text, params.stop)
             stop = hit[1] if hit else None

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rl.engine import Generation, SamplingParams
+from rl.engine import FinishReason, Generation, SamplingParams
 
 _ids = itertools.count()
 
@@ -58,7 +58,10 @@ class VLLMEngine:
         max_model_len: int | None = None,
     ) -> VLLMEngine:
         """Start vLLM on model_path; capacity 0 means the engine's own KV-cache size."""
-        from vllm import AsyncEngineArgs, AsyncLLMEngine
+        from vllm import (  # type: ignore[import-not-found,unused-ignore]
+            AsyncEngineArgs,
+            AsyncLLMEngine,
+        )
 
         args = AsyncEngineArgs(
             model=model_path,
@@ -85,8 +88,10 @@ class VLLMEngine:
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
         """One turn; vLLM batches concurrent requests itself (continuous batching)."""
-        from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm import (  # type: ignore[import-not-found,unused-ignore]
+            SamplingParams as VSamplingParams,
+        )
+        from vllm.inputs import TokensPrompt  # type: ignore[import-not-found,unused-ignore]
 
         sampling = VSamplingParams(
             n=1,
@@ -113,7 +118,7 @@ class VLLMEngine:
                 float(step[token].logprob)
                 for step, token in zip(completion.logprobs, token_ids, strict=True)
             ]
-        reason = "length" if completion.finish_reason == "length" else "stop"
+        reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
         return Generation(
             token_ids=token_ids,
             logprobs=logprobs,
@@ -139,6 +144,7 @@ def _kv_capacity_tokens(engine: Any) -> int:
     config = getattr(engine, "vllm_config", None)
     cache = getattr(config, "cache_config", None)
     blocks = getattr(cache, "num_gpu_blocks", None)
-    if not blocks:
+    block_size = getattr(cache, "block_size", None)
+    if not blocks or not block_size:
         raise RuntimeError("vLLM did not report its KV-cache size; set capacity_tokens")
-    return int(blocks) * int(cache.block_size)
+    return int(blocks) * int(block_size)

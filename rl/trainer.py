@@ -182,10 +182,14 @@ class Run:
         )
         for i, problem in enumerate(self.problems[:2000]):
             yield self.template.prompt(problem.question)
-            demo = arithmetic_demonstration(problem, use_tool=i % 2 == 0)
-            responses = [samples[0].replace("1234567", problem.answer)] * (len(demo.turns) - 1)
-            for text, _ in demonstration(self.template, list(demo.turns), responses):
-                yield text
+            if self.config.task.kind == "arithmetic":
+                demo = arithmetic_demonstration(problem, use_tool=i % 2 == 0)
+                responses = [samples[0].replace("1234567", problem.answer)] * (len(demo.turns) - 1)
+                for text, _ in demonstration(self.template, list(demo.turns), responses):
+                    yield text
+        for demo in self.sft_demos[:2000] if self.config.task.kind != "arithmetic" else []:
+            yield self.template.prompt(demo.question)
+            yield from demo.turns
         yield from samples
 
     def _engines(self) -> list[Engine]:

@@ -1,4 +1,4 @@
-"""Verifier pools shared by the reward and verifier tests (the fork server imports sympy once)."""
+"""Shared fixtures: verifier pools (the fork server imports sympy once) and a real sandbox."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from rl_limits import LIMIT_S
 
 import rl.reward
+from rl.local_service import LocalService
 from rl.verifier import VerifierPool
 
 
@@ -28,3 +29,11 @@ def hard_verifier() -> Iterator[VerifierPool]:
     """Two workers without the soft timer: only the SIGKILL at the limit stops a check."""
     with VerifierPool(workers=2, timeout_s=LIMIT_S, soft_timeout=False) as pool:
         yield pool
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    """A real rl-sandbox (`rl-sandbox up`: its own Redis, 2 workers, nsjail, the API)."""
+    log = tmp_path_factory.mktemp("sandbox") / "up.log"
+    with LocalService(log, workers=2, uid_base=64100) as running:
+        yield running
