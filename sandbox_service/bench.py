@@ -272,14 +272,14 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     if options.url is None:
         port = procs.free_port()
         url = f"http://127.0.0.1:{port}"
-        stack = _start_stack(port, options.workers)
+        stack = start_private_stack(port, options.workers)
         sampler = StackSampler.of_stack(stack.pid)
     else:
         url = options.url.rstrip("/")
         loopback_target(url)
         sampler = StackSampler.of_listener(loopback_target(url)[1])
     try:
-        _wait_ready(url, 120.0, stack)
+        wait_ready(url, 120.0, stack)
         if sampler is not None:
             sampler.refresh()
         points = asyncio.run(measure(url, options, sampler, progress))
@@ -306,7 +306,8 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     return report
 
 
-def _start_stack(port: int, workers: int | None) -> subprocess.Popen[bytes]:
+def start_private_stack(port: int, workers: int | None) -> subprocess.Popen[bytes]:
+    """`rl-sandbox up` on 127.0.0.1:port with BENCH_ENV, as a child that dies with us."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RL_SANDBOX_REDIS_URL")}
     for key, value in BENCH_ENV.items():
         env.setdefault(key, value)
@@ -317,7 +318,8 @@ def _start_stack(port: int, workers: int | None) -> subprocess.Popen[bytes]:
     return procs.spawn(argv, env, stdout=subprocess.DEVNULL)
 
 
-def _wait_ready(url: str, timeout_s: float, stack: subprocess.Popen[bytes] | None) -> None:
+def wait_ready(url: str, timeout_s: float, stack: subprocess.Popen[bytes] | None) -> None:
+    """Wait until GET /readyz answers 200 (SystemExit if the stack dies or time runs out)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if stack is not None and stack.poll() is not None:

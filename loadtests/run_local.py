@@ -1,0 +1,79 @@
+"""`make loadtest`: Locust headless, for a bounded time, against a private service on loopback.
+
+Starts `rl-sandbox up` on a free 127.0.0.1 port (its own Redis, queue, cgroups and jail uids),
+waits until it is ready, runs loadtests/locustfile.py headless and writes Locust's CSV and HTML
+reports under --out, with the load average before and after in run.json; then stops the service.
+Exit status: Locust's (non-zero when any call failed its check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sandbox_service import procs
+from sandbox_service.bench import start_private_stack, wait_ready
+from sandbox_service.bench_http import loopback_target
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=40)
+    parser.add_argument("--spawn-rate", type=float, default=10.0)
+    parser.add_argument("--run-time", default="60s", help="Locust's --run-time (bounded)")
+    parser.add_argument("--sessions", action="store_true", help="also run SessionUser")
+    parser.add_argument("--url", default=None, help="a running service on loopback instead")
+    parser.add_argument("--workers", type=int, default=None, help="workers of the private stack")
+    parser.add_argument("--out", default="reports/loadtest")
+    args = parser.parse_args()
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stack = None
+    if args.url:
+        url = args.url.rstrip("/")
+        loopback_target(url)
+    else:
+        port = procs.free_port()
+        url = f"http://127.0.0.1:{port}"
+        stack = start_private_stack(port, args.workers)
+    users = ["ToolCallUser"] + (["SessionUser"] if args.sessions else [])
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), *users,
+        "--headless", "--host", url, "--users", str(args.users),
+        "--spawn-rate", str(args.spawn_rate), "--run-time", args.run_time,
+        "--stop-timeout", "30", "--csv", str(out / "locust"), "--csv-full-history",
+        "--html", str(out / "locust.html"), "--only-summary", "--loglevel", "WARNING",
+    ]  # fmt: skip
+    load_before = os.getloadavg()
+    started = time.time()
+    try:
+        wait_ready(url, 120.0, stack)
+        code = subprocess.call(argv)
+    finally:
+        if stack is not None:
+            procs.stop([stack], grace_s=60.0)
+    summary = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "cores": os.cpu_count(),
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        "users": users,
+        "locust_argv": argv[3:],
+        "exit_code": code,
+    }
+    (out / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"load average before {summary['load_avg_before']}, after {summary['load_avg_after']}")
+    print(f"reports: {out}/locust_stats.csv, {out}/locust.html")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
