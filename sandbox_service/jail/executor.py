@@ -7,10 +7,12 @@ the same results and differ only in start-up cost.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -91,23 +93,68 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
     )
 
 
+class _StartingJail:
+    """A jail being started in a background thread (the next one of a slot)."""
+
+    def __init__(self, jail: ZygoteJail) -> None:
+        self.jail = jail
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="jail-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self.jail.start()
+        except BaseException as exc:  # handed to whoever takes the jail
+            self.error = exc
+
+    def ready(self) -> bool:
+        """Whether the start has finished (well or not)."""
+        return not self._thread.is_alive()
+
+    def take(self) -> ZygoteJail:
+        """Wait for the start; the started jail, or JailFailure."""
+        self._thread.join()
+        if self.error is not None:
+            raise JailFailure(f"jail did not start: {self.error}") from self.error
+        return self.jail
+
+
 class JailExecutor:
-    """One executor slot: a cgroup pair and a zygote jail (kept warm, or one per run)."""
+    """One executor slot: two cgroups and a zygote jail (kept warm, or one per run).
+
+    The next jail is started in the background, before it is needed: in cold mode after every
+    run, in warm mode when the zygote nears `zygote_max_runs`. Each of the two jails that can
+    exist at once has a cgroup of its own.
+    """
 
     def __init__(self, settings: Settings, slot: int, mode: ExecutorMode | None = None) -> None:
         self.mode: ExecutorMode = mode or settings.executor_mode
         self._settings = settings
         self._layout = make_layout(settings, slot, self.mode)
         cg.remove_stale(settings.cgroup_parent)
-        self._cgroups = cg.SlotCgroups(settings.cgroup_parent, f"slot{slot}-{os.getpid()}")
-        self._cgroups.create()
+        self._cgroups = [
+            cg.SlotCgroups(settings.cgroup_parent, f"slot{slot}{tag}-{os.getpid()}") for tag in "ab"
+        ]
+        for cgroups in self._cgroups:
+            cgroups.create()
         self._log_path = Path(tempfile.gettempdir()) / f"rl-sandbox-jail-{os.getpid()}-{slot}.log"
         self._jail: ZygoteJail | None = None
+        self._next: _StartingJail | None = None
         if self.mode == "warm":
             self._jail = self._start_jail()
+        else:
+            self._prepare_next()
+
+    def _free_cgroups(self) -> cg.SlotCgroups:
+        used = {id(j.cgroups) for j in (self._jail, self._next and self._next.jail) if j}
+        return next(c for c in self._cgroups if id(c) not in used)
+
+    def _new_jail(self) -> ZygoteJail:
+        return ZygoteJail(self._layout, self._free_cgroups(), self._log_path)
 
     def _start_jail(self) -> ZygoteJail:
-        jail = ZygoteJail(self._layout, self._cgroups, self._log_path)
+        jail = self._new_jail()
         started = time.monotonic()
         jail.start()
         log.info(
@@ -116,22 +163,46 @@ class JailExecutor:
         )
         return jail
 
+    def _prepare_next(self) -> None:
+        if self._next is None:
+            self._next = _StartingJail(self._new_jail())
+
+    def _take_jail(self) -> ZygoteJail:
+        """The jail to run on: the current one, the one started ahead, or a new one."""
+        if self._jail is not None and self._jail.alive():
+            return self._jail
+        self._discard_jail(force=True)
+        if self._next is not None:
+            starting, self._next = self._next, None
+            self._jail = starting.take()
+        else:
+            self._jail = self._start_jail()
+        return self._jail
+
     def run(self, spec: ExecutionSpec) -> ExecutionResult:
         """Run one execution; a jail failure is a sandbox_error result and a fresh jail."""
         try:
-            if self._jail is None or not self._jail.alive():
-                self._discard_jail(force=True)
-                self._jail = self._start_jail()
-            reply = self._jail.run(spec)
+            jail = self._take_jail()
+            reply = jail.run(spec)
         except (JailFailure, OSError) as exc:
             log.warning("jail failure", extra={"error": str(exc)})
             self._discard_jail(force=True)
             return ExecutionResult.failure(
                 Status.SANDBOX_ERROR, f"sandbox failure: {exc}", spec.execution_id
             )
-        if self.mode == "cold" or self._jail.runs >= self._settings.zygote_max_runs:
-            self._discard_jail()
+        self._after_run(jail)
         return to_result(spec, reply)
+
+    def _after_run(self, jail: ZygoteJail) -> None:
+        if self.mode == "cold":
+            self._discard_jail()
+            self._prepare_next()
+            return
+        max_runs = self._settings.zygote_max_runs
+        if jail.runs >= max_runs * 0.9 or jail.runs >= max_runs - 1:
+            self._prepare_next()
+        if jail.runs >= max_runs and self._next is not None and self._next.ready():
+            self._discard_jail()  # the next run takes the jail started ahead
 
     def zygote_pid(self) -> int | None:
         """Host pid of the current zygote, if one is running."""
@@ -143,6 +214,12 @@ class JailExecutor:
             self._jail = None
 
     def close(self) -> None:
-        """Tear the jail and the cgroups down."""
+        """Tear the jails and the cgroups down."""
         self._discard_jail()
-        self._cgroups.destroy()
+        if self._next is not None:
+            starting, self._next = self._next, None
+            with contextlib.suppress(JailFailure):
+                starting.take()
+            starting.jail.close()
+        for cgroups in self._cgroups:
+            cgroups.destroy()

@@ -75,7 +75,7 @@ class ZygoteJail:
 
     def __init__(self, layout: JailLayout, cgroups: SlotCgroups, log_path: Path) -> None:
         self._layout = layout
-        self._cgroups = cgroups
+        self.cgroups = cgroups
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -113,7 +113,7 @@ class ZygoteJail:
             raise JailFailure(f"unexpected first message from the zygote: {ready}")
         self.preload_s = float(ready.get("preload_s", 0.0))
         self.zygote_pid = _zygote_pid(self._proc.pid)
-        self._cgroups.add_process(self.zygote_pid)
+        self.cgroups.add_process(self.zygote_pid)
         send_frame(ours, {"op": "serve"})
 
     def run(self, spec: ExecutionSpec) -> ZygoteReply:
@@ -121,7 +121,7 @@ class ZygoteJail:
         if self._sock is None:
             raise JailFailure("jail not started")
         limits = spec.limits
-        self._cgroups.prepare_execution(limits.memory_mb, limits.max_processes)
+        self.cgroups.prepare_execution(limits.memory_mb, limits.max_processes)
         stdout = CappedBuffer(limits.max_output_bytes)
         stderr = CappedBuffer(limits.max_output_bytes)
         out_r, out_w = os.pipe()
@@ -165,7 +165,7 @@ class ZygoteJail:
                 cpu_time=0.0,
                 stdout=stdout,
                 stderr=stderr,
-                usage=self._cgroups.usage(),
+                usage=self.cgroups.usage(),
                 files={},
                 setup_error=str(reply["setup_error"]),
             )
@@ -177,7 +177,7 @@ class ZygoteJail:
             cpu_time=float(reply["cpu_time"]),
             stdout=stdout,
             stderr=stderr,
-            usage=self._cgroups.usage(),
+            usage=self.cgroups.usage(),
             files={p: base64.b64decode(c) for p, c in reply.get("files", {}).items()},
             setup_error=None,
             session_alive=bool(reply.get("session_alive", False)),
@@ -233,7 +233,7 @@ class ZygoteJail:
     def close(self, force: bool = False) -> None:
         """Ask the zygote to exit (force: kill it); make sure nothing of the jail survives."""
         if force:
-            self._cgroups.kill_all()
+            self.cgroups.kill_all()
         if self._sock is not None:
             if not force:
                 with contextlib.suppress(OSError):
@@ -247,4 +247,4 @@ class ZygoteJail:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
-        self._cgroups.kill_all()
+        self.cgroups.kill_all()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import signal
 import textwrap
+import time
 
 import pytest
 
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
 from sandbox_service.jail import JailExecutor
+from sandbox_service.settings import Settings
 from tests.jail.conftest import RunFn
 
 
@@ -536,3 +538,24 @@ def test_numpy_and_sympy_work_at_default_limits(run: RunFn) -> None:
 
 def _status_summary(result: ExecutionResult) -> tuple[str, int | None, int | None, str]:
     return (result.status.value, result.exit_code, result.signal, result.stdout)
+
+
+def test_warm_zygote_is_recycled_without_a_gap() -> None:
+    settings = Settings(cgroup_parent="rl-sandbox-test", zygote_max_runs=3)
+    executor = JailExecutor(settings, slot=10, mode="warm")
+    try:
+        zygotes: list[int | None] = []
+        deadline = time.monotonic() + 90
+        i = 0
+        # The replacement zygote preloads in the background while the old one keeps serving,
+        # so executions never wait for a preload; it takes over once it is ready.
+        while len(set(zygotes)) < 3 and time.monotonic() < deadline:
+            result = executor.run(ExecutionSpec(code=f"print({i})"))
+            assert (result.status, result.stdout) == (Status.OK, f"{i}\n")
+            zygotes.append(executor.zygote_pid())
+            i += 1
+            time.sleep(0.1)
+        assert len(set(zygotes)) >= 3
+    finally:
+        executor.close()
+    assert not any(cgroups.pids() for cgroups in executor._cgroups)
