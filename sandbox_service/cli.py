@@ -58,8 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_listen_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--host", default=None, help="address to listen on (default: RL_SANDBOX_HOST, 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="port to listen on (default: RL_SANDBOX_PORT, 8000)"
+    )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -88,11 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "up":
         from sandbox_service.up import up
 
-        return up(settings, args.host, args.port)
+        return up(settings, args.host or settings.host, args.port or settings.port)
     if args.command == "api":
         from sandbox_service.server import serve
 
-        return serve(settings, args.host, args.port)
+        return serve(settings, args.host or settings.host, args.port or settings.port)
     if args.command == "worker":
         from sandbox_service.logs import configure_logging
         from sandbox_service.supervisor import run_workers

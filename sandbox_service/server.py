@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 from types import FrameType
 
 import uvicorn
@@ -28,6 +29,9 @@ class _DrainingServer(uvicorn.Server):
 def serve(settings: Settings, host: str, port: int) -> int:
     """Serve the API until SIGTERM/SIGINT; returns the exit status."""
     configure_logging("api", settings.log_level)
+    if settings.redis_url is None:
+        print("rl-sandbox api: no Redis: set REDIS_URL (or RL_SANDBOX_REDIS_URL)", file=sys.stderr)
+        return 2
     app = create_app(settings)
     config = uvicorn.Config(
         app,
