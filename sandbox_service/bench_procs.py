@@ -3,6 +3,9 @@
 CPU is counted per component (api, workers, their jails, redis, and the bench itself) as
 user + system time of each live process plus the time of its children it has reaped, so work
 done in the short-lived processes of a jail is counted in the zygote that waited for them.
+When a jail ends during a point (recycled), its CPU moves to the worker that reaps it,
+so the split between components would be wrong for that point: the workers and their jails are
+then reported together as `workers` (with `jail` absent); the total stays right.
 The API's resident memory is sampled every RSS_EVERY_S while a point runs.
 """
 
@@ -41,6 +44,7 @@ class StackSampler:
         self._root = root
         self._api = api
         self._cpu_at_start: dict[str, float] = {}
+        self._jails_at_start: set[int] = set()
         self._rss: list[int] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -77,16 +81,19 @@ class StackSampler:
             found.append(("api", self._api))
         return found
 
-    def _cpu(self) -> dict[str, float]:
+    def _cpu(self) -> tuple[dict[str, float], set[int]]:
         by_component: dict[str, float] = {}
+        jails: set[int] = set()
         for name, proc in self._processes():
             with contextlib.suppress(psutil.Error):
                 by_component[name] = by_component.get(name, 0.0) + _cpu_s(proc)
-        return by_component
+                if proc.name() == "nsjail":  # reaped by a worker: its CPU moves to `workers`
+                    jails.add(proc.pid)
+        return by_component, jails
 
     def start(self) -> None:
         """Begin a point: remember CPU times, start sampling the API's RSS."""
-        self._cpu_at_start = self._cpu()
+        self._cpu_at_start, self._jails_at_start = self._cpu()
         self._rss = []
         if self._api is not None:
             self._task = asyncio.create_task(self._sample_rss(self._api))
@@ -104,9 +111,13 @@ class StackSampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        end = self._cpu()
+        end, jails = self._cpu()
+        start = dict(self._cpu_at_start)
+        if self._jails_at_start - jails:  # a jail ended: see the module doc
+            for totals in (start, end):
+                totals["workers"] = totals.get("workers", 0.0) + totals.pop("jail", 0.0)
         cpu = {
-            name: round(1000 * (end[name] - self._cpu_at_start.get(name, 0.0)) / max(calls, 1), 3)
+            name: round(1000 * (end[name] - start.get(name, 0.0)) / max(calls, 1), 3)
             for name in sorted(end)
         }
         cpu["total"] = round(sum(v for k, v in cpu.items() if k != "bench"), 3)
