@@ -128,9 +128,8 @@ def table(report: Row) -> str:
     ]
     for r in report["points"]:
         cpu = r.get("cpu_ms_per_call") or {}
-        cpu_text = "/".join(
-            f"{cpu[k]:.2f}" for k in ("api", "workers", "jail", "redis") if k in cpu
-        )
+        parts = ("api", "workers", "jail", "redis")
+        cpu_text = "/".join(f"{cpu[k]:.2f}" if k in cpu else "-" for k in parts) if cpu else ""
         rss = (r.get("rss_mb") or {}).get("api")
         rss_text = f"{rss['start']:.0f}/{rss['max']:.0f}/{rss['end']:.0f}" if rss else ""
         cells = [str(r[c]) for c in cols] + [cpu_text, rss_text]

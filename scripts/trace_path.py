@@ -91,6 +91,7 @@ def patch_api() -> None:
     edge.Edge.__call__ = edge_call  # type: ignore[method-assign]
 
     def admit_before(self: Any, groups: Any, *rest: Any) -> None:
+        # JobQueue.admit (thread) or JobQueue.admission_args (script), whichever admits.
         for group in groups:
             for job in group:
                 stamp("admit_start", job.job_id)
@@ -101,7 +102,9 @@ def patch_api() -> None:
             for job in group:
                 stamp("admit_end", job.job_id)
 
-    wrap(jobqueue.JobQueue, "admit", admit_before, admit_after)
+    for name in ("admit", "admission_args"):
+        if hasattr(jobqueue.JobQueue, name):
+            wrap(jobqueue.JobQueue, name, admit_before, admit_after)
 
     def notices(self: Any, raws: Any) -> None:
         for raw in raws:
@@ -147,6 +150,7 @@ SEGMENTS = [
     ("API: parse, validate, admission hand-off", "api_in", "admit_start"),
     ("API: admission (LLEN + MULTI enqueue)", "admit_start", "admit_end"),
     ("admission start -> worker's BLMOVE returns", "admit_start", "dequeued"),
+    ("API in -> worker's BLMOVE returns (all of admission)", "api_in", "dequeued"),
     ("worker: fetch job (HGETALL) + prepare pipeline", "dequeued", "run_start"),
     ("worker: payload -> spec", "run_start", "jail_start"),
     ("jail: executor.run (fork, program, teardown, report)", "jail_start", "jail_end"),
