@@ -9,9 +9,10 @@ Exit status: Locust's (non-zero when any call failed its check).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import csv
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,8 +20,11 @@ from pathlib import Path
 from sandbox_service import procs
 from sandbox_service.bench import start_private_stack, wait_ready
 from sandbox_service.bench_http import loopback_target
+from sandbox_service.bench_procs import StackSampler
 
 HERE = Path(__file__).resolve().parent
+BATCH_SIZE = 8
+"""Items per batch request in locustfile.py."""
 
 
 def main() -> int:
@@ -54,9 +58,14 @@ def main() -> int:
     ]  # fmt: skip
     load_before = os.getloadavg()
     started = time.time()
+    cpu: dict[str, float] = {}
+    rss: dict[str, dict[str, float]] = {}
     try:
         wait_ready(url, 120.0, stack)
-        code = subprocess.call(argv)
+        sampler = StackSampler.of_stack(stack.pid) if stack is not None else None
+        if sampler is not None:
+            sampler.refresh()
+        code, cpu, rss = asyncio.run(_locust(argv, sampler, out))
     finally:
         if stack is not None:
             procs.stop([stack], grace_s=60.0)
@@ -68,11 +77,45 @@ def main() -> int:
         "users": users,
         "locust_argv": argv[3:],
         "exit_code": code,
+        "executions": _executions(out),
+        "cpu_ms_per_execution": cpu,
+        "api_rss_mb": rss.get("api"),
     }
     (out / "run.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"load average before {summary['load_avg_before']}, after {summary['load_avg_after']}")
+    if cpu:
+        print(f"CPU ms per execution of the mix (private stack): {cpu}")
     print(f"reports: {out}/locust_stats.csv, {out}/locust.html")
     return code
+
+
+async def _locust(
+    argv: list[str], sampler: StackSampler | None, out: Path
+) -> tuple[int, dict[str, float], dict[str, dict[str, float]]]:
+    """Run Locust; with a private stack, its CPU per execution and the API's RSS meanwhile."""
+    if sampler is not None:
+        sampler.start()
+    proc = await asyncio.create_subprocess_exec(*argv)
+    code = await proc.wait()
+    if sampler is None:
+        return code, {}, {}
+    cpu, rss = await sampler.stop(_executions(out))
+    cpu.pop("bench", None)  # the orchestrating process, not Locust
+    return code, cpu, rss
+
+
+def _executions(out: Path) -> int:
+    """Programs run: single requests plus every item of the batches (from Locust's CSV)."""
+    path = out / "locust_stats.csv"
+    if not path.exists():
+        return 0
+    total = 0
+    for row in csv.DictReader(path.open()):
+        name, count = row["Name"], int(row["Request Count"])
+        if name == "Aggregated" or name.startswith("/sessions"):
+            continue
+        total += count * (BATCH_SIZE if name.startswith("/execute/batch") else 1)
+    return total
 
 
 if __name__ == "__main__":
