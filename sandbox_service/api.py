@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -164,6 +165,26 @@ def create_app(settings: Settings) -> FastAPI:
         except (RedisError, OSError):
             metrics.redis_up.set(0)
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.delete(
+        "/sessions/{session_id}",
+        status_code=204,
+        responses={
+            404: {"description": "No such session (never created, ended, or expired)"},
+            **{code: _ERRORS[code] for code in (401, 429, 503)},
+        },
+    )
+    async def end_session(
+        session_id: Annotated[str, PathParam(min_length=1, max_length=256)],
+    ) -> Response:
+        """End a session: its interpreter is freed and its recorded cells forgotten.
+
+        Cells of the session admitted earlier run first. A later cell with the same id starts
+        a new, empty session.
+        """
+        if not await dispatcher.end_session(session_id, request_id_var.get()):
+            return JSONResponse({"detail": f"no session {session_id!r}"}, status_code=404)
+        return Response(status_code=204)
 
     async def run_requests(requests: list[ExecuteRequest], route: str) -> list[ResultDict]:
         return await run([to_payload(request) for request in requests], route)

@@ -7,8 +7,9 @@ Each outstanding job is an asyncio future in `Outstanding`. Two tasks resolve th
 - the watchdog re-checks jobs that have waited a while (after poll_interval_s, then with doubling
   intervals): a stored result whose notice was lost is delivered; a job still queued past its
   start-by time is withdrawn and answered queue_timeout; a started job whose worker stopped beating
-  (or a job Redis lost) is run again once, then answered sandbox_error; a job past its wait
-  deadline is answered sandbox_error. So no request hangs, whatever dies.
+  (or a job Redis lost) is run again once, then answered sandbox_error; a job queued on the own
+  queue of a worker that died (a session cell) is routed again, to the session's new owner; a job
+  past its wait deadline is answered sandbox_error. So no request hangs, whatever dies.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 RunSync = Callable[..., Awaitable[Any]]
 """Runs a blocking JobQueue call in a thread: `await run_sync(fn, *args)`."""
+
+Route = Callable[[Sequence[NewJob]], list[NewJob]]
+"""Sets each job's queue (session work: its owner's own queue); blocking, run via RunSync."""
 
 WITHDRAW_GRACE_S = 0.5
 """A queued job is withdrawn this long after its start-by time (workers answer it themselves
@@ -88,6 +92,7 @@ class Awaiter:
         run_sync: RunSync,
         listen_redis: aioredis.Redis,
         redis: aioredis.Redis,
+        route: Route = list,
         on_retry: Callable[[], None] = lambda: None,
     ) -> None:
         self.outstanding = Outstanding()
@@ -97,6 +102,7 @@ class Awaiter:
         self._run_sync = run_sync
         self._listen_redis = listen_redis
         self._redis = redis
+        self._route = route
         self._on_retry = on_retry
         self._max_check_every = 4 * settings.poll_interval_s
 
@@ -109,12 +115,15 @@ class Awaiter:
             Pending(
                 payload=payload,
                 future=future,
-                give_up_at=now + self._settings.api_wait_s(payload.timeout_s),
+                give_up_at=now + self._wait_s(payload),
                 next_check=now + self._settings.poll_interval_s,
                 check_every=self._settings.poll_interval_s,
             ),
         )
         return future
+
+    def _wait_s(self, payload: JobPayload) -> float:
+        return self._settings.api_wait_s(payload.budget_timeout_s(self._settings.max_timeout))
 
     def mark_admitted(self, job_ids: Sequence[str]) -> None:
         """The jobs are in the queue: the watchdog may inspect them now."""
@@ -187,12 +196,35 @@ class Awaiter:
         due = due[:5000]
         alive_since = time.time() - self._settings.worker_dead_after_s
         states: list[JobState] = await self._run_sync(self._job_queue.inspect, due, alive_since)
+        # Cells of a session stranded on a dead worker's queue may wait behind one that was
+        # running there: look at the session's other jobs now, so that the running one is run
+        # again (at the front of the new owner's queue) in the same round, before them.
+        stranded = {
+            self.outstanding.jobs[job_id].payload.session_id
+            for job_id, state in zip(due, states, strict=True)
+            if state.kind == "stranded" and job_id in self.outstanding.jobs
+        }
+        if stranded:
+            seen = set(due)
+            more = [
+                job_id
+                for job_id, pending in self.outstanding.jobs.items()
+                if pending.admitted
+                and job_id not in seen
+                and pending.payload.session_id in stranded
+            ]
+            if more:
+                due += more
+                states += await self._run_sync(self._job_queue.inspect, more, alive_since)
         await self._act(due, states)
 
     async def _act(self, job_ids: Sequence[str], states: Sequence[JobState]) -> None:
         now_m, now = time.monotonic(), time.time()
         withdraw: list[str] = []
+        withdraw_from: list[str] = []
         lost: list[str] = []
+        stranded: list[JobState] = []
+        stranded_ids: list[str] = []
         for job_id, state in zip(job_ids, states, strict=True):
             pending = self.outstanding.jobs.get(job_id)
             if pending is None:
@@ -202,12 +234,16 @@ class Awaiter:
                 continue
             if state.kind == "queued" and now > pending.payload.start_by + WITHDRAW_GRACE_S:
                 withdraw.append(job_id)
+                withdraw_from.append(state.queue)
             elif state.kind == "lost":
                 lost.append(job_id)
+            elif state.kind == "stranded":
+                stranded_ids.append(job_id)
+                stranded.append(state)
             pending.check_every = min(pending.check_every * 2, self._max_check_every)
             pending.next_check = now_m + pending.check_every
         if withdraw:
-            removed = await self._run_sync(self._job_queue.withdraw, withdraw)
+            removed = await self._run_sync(self._job_queue.withdraw, withdraw, withdraw_from)
             for job_id, was_removed in zip(withdraw, removed, strict=True):
                 if was_removed:
                     self._answer(
@@ -215,6 +251,32 @@ class Awaiter:
                     )
         if lost:
             await self._retry_or_fail(lost, now)
+        if stranded_ids:
+            await self._reroute(stranded_ids, [state.queue for state in stranded])
+
+    async def _reroute(self, job_ids: Sequence[str], queues: Sequence[str]) -> None:
+        """Move jobs (never started) off the own queues of dead workers, in their order."""
+        await self._run_sync(self._job_queue.withdraw, job_ids, queues)
+        # One that was not in its queue any more was popped by its worker as it died (the reply
+        # of a pending BLPOP goes to a socket the kernel has not closed yet): move it as well.
+        # Only the owner reads its own queue, so a worker that merely beat late may run it too;
+        # the first result wins, as for lost jobs.
+        await self._run_sync(self._job_queue.forget, job_ids)
+        moved: list[NewJob] = []
+        for job_id in job_ids:
+            pending = self.outstanding.jobs.get(job_id)
+            if pending is None:
+                continue
+            budget_s = self._settings.job_timeout_s(
+                pending.payload.budget_timeout_s(self._settings.max_timeout)
+            )
+            moved.append(NewJob(job_id, pending.payload.to_wire(), budget_s))
+            log.warning(
+                "job queued on a dead worker; routing it again",
+                extra=fields(job_id=job_id, request_id=pending.payload.request_id),
+            )
+        if moved:
+            await self._run_sync(self._job_queue.enqueue, await self._run_sync(self._route, moved))
 
     async def _retry_or_fail(self, job_ids: Sequence[str], now: float) -> None:
         await self._run_sync(self._job_queue.forget, job_ids)
@@ -238,19 +300,22 @@ class Awaiter:
                 replace(
                     pending,
                     payload=payload,
-                    give_up_at=time.monotonic() + self._settings.api_wait_s(payload.timeout_s),
+                    give_up_at=time.monotonic() + self._wait_s(payload),
                     check_every=self._settings.poll_interval_s,
                     next_check=time.monotonic() + self._settings.poll_interval_s,
                 ),
             )
-            budget_s = self._settings.job_timeout_s(payload.timeout_s)
+            budget_s = self._settings.job_timeout_s(
+                payload.budget_timeout_s(self._settings.max_timeout)
+            )
             new_jobs.append(NewJob(new_id, payload.to_wire(), budget_s))
             log.warning(
                 "job lost with its worker; running it again",
                 extra=fields(job_id=old_id, retry_job_id=new_id, request_id=payload.request_id),
             )
             self._on_retry()
-        await self._run_sync(self._job_queue.enqueue, new_jobs, True)
+        routed = await self._run_sync(self._route, new_jobs)
+        await self._run_sync(self._job_queue.enqueue, routed, True)
 
     def _answer(self, job_id: str, status: Status, message: str) -> None:
         pending = self.outstanding.jobs.get(job_id)

@@ -9,6 +9,10 @@ Errors of the service itself (a program's failure is a result, never one of thes
 Admission is batched: one task collects every group waiting to be admitted, checks the queue depth
 once and enqueues all groups that fit in one MULTI (two round trips for any number of requests).
 Within one API process the bound is exact; across replicas it can be overshot by one round each.
+
+A round with session cells first routes them (one more round trip): each goes to the own queue of
+its session's owner, claimed in Redis (session_store.py). The bound counts them with the round but
+does not count cells already waiting on workers' own queues (a session runs one cell at a time).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from sandbox_service import jobqueue, keys
 from sandbox_service.awaiting import Awaiter
 from sandbox_service.jobqueue import JobQueue, NewJob
 from sandbox_service.jobs import JobPayload, ResultDict
+from sandbox_service.session_store import SessionStore
 from sandbox_service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,9 +66,9 @@ class Dispatcher:
         self.draining = False
         self.retries = 0
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
-        self._job_queue = JobQueue(
-            jobqueue.connect(settings.redis_url), settings.queue_name, settings.result_ttl_s
-        )
+        connection = jobqueue.connect(settings.redis_url)
+        self._job_queue = JobQueue(connection, settings.queue_name, settings.result_ttl_s)
+        self.sessions = SessionStore.for_settings(connection, settings)
         self.redis = aioredis.Redis.from_url(
             settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
         )
@@ -77,6 +82,7 @@ class Dispatcher:
             self._run_sync,
             self._listen_redis,
             self.redis,
+            route=self.route,
             on_retry=self._count_retry,
         )
         self._to_admit: asyncio.Queue[tuple[list[NewJob], asyncio.Future[bool]]] = asyncio.Queue()
@@ -131,7 +137,9 @@ class Dispatcher:
                 start_by=start_by,
             )
             futures.append(self.awaiter.track(job_id, stamped))
-            budget_s = self.settings.job_timeout_s(payload.timeout_s)
+            budget_s = self.settings.job_timeout_s(
+                payload.budget_timeout_s(self.settings.max_timeout)
+            )
             jobs.append(NewJob(job_id, stamped.to_wire(), budget_s))
         job_ids = [job.job_id for job in jobs]
         try:
@@ -144,6 +152,40 @@ class Dispatcher:
             raise Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
         self.awaiter.mark_admitted(job_ids)
         return list(await asyncio.gather(*futures))
+
+    async def end_session(self, session_id: str, request_id: str = "") -> bool:
+        """End a session (DELETE /sessions/{id}); whether it existed.
+
+        The ending runs on the session's owner, behind the cells already queued there (they run
+        first), and frees the interpreter there; with no live owner any worker forgets the keys.
+        """
+        payload = JobPayload(
+            code="", session_id=session_id, end_session=True, timeout_s=1.0, request_id=request_id
+        )
+        (result,) = await self.submit([payload])
+        if "ended" in result:
+            return bool(result["ended"])
+        # Not run (queue deadline, lost worker): forget its keys here; a stale interpreter is
+        # dropped by its worker at the session's next cell or when it idles out.
+        ended: bool = await self._run_sync(self.sessions.forget, session_id)
+        return ended
+
+    def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
+        """The jobs with their queues set: session work to its owner's own queue (blocking)."""
+        sessions = [
+            (str(job.payload["s"]), not job.payload.get("e")) for job in jobs if "s" in job.payload
+        ]
+        if not sessions:
+            return list(jobs)
+        queues = iter(self.sessions.route(sessions))
+        return [replace(job, queue=next(queues)) if "s" in job.payload else job for job in jobs]
+
+    def _route_and_admit(self, groups: Sequence[Sequence[NewJob]]) -> list[bool]:
+        routed = groups
+        if any("s" in job.payload for group in groups for job in group):
+            flat = iter(self.route([job for group in groups for job in group]))
+            routed = [[next(flat) for _ in group] for group in groups]
+        return self._job_queue.admit(routed, self.settings.max_queue_depth)
 
     @property
     def awaiter_reply_key(self) -> str:
@@ -166,9 +208,7 @@ class Dispatcher:
                 size += len(item[0])
             groups = [jobs for jobs, _ in batch]
             try:
-                flags: list[bool] = await self._run_sync(
-                    self._job_queue.admit, groups, self.settings.max_queue_depth
-                )
+                flags: list[bool] = await self._run_sync(self._route_and_admit, groups)
             except (RedisError, OSError) as exc:
                 error = Unavailable(f"redis unavailable: {exc}")
                 for _, future in batch:

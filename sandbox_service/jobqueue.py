@@ -1,13 +1,20 @@
 """The RQ edge: the only module that imports rq. Enqueue side for the API, worker loop for workers.
 
-Jobs are ordinary RQ jobs (JSON serializer, never pickle) on one RQ queue, so `rq info` and RQ's
-registries see them. RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job
-(measured here: 113 no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So
-`LeanWorker` keeps RQ's loop (blocking BLMOVE dequeue, registration, signals, suspension,
-maintenance) and replaces the per-job bookkeeping with two pipelines:
+Jobs are ordinary RQ jobs (JSON serializer, never pickle), so `rq info` and RQ's registries see
+them. There is one shared queue, and each worker has its own queue (session cells go to the
+worker that holds the session, see session_store.py); a worker listens on its own queue first.
+RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
+no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So `LeanWorker` keeps RQ's
+loop (blocking dequeue, registration, signals, suspension, maintenance) and replaces the per-job
+bookkeeping with two pipelines:
 
-    BLMOVE (RQ) -> HGETALL job (RQ) -> [prepare: started by <worker>, PERSIST, LREM intermediate]
+    BLPOP own, shared (RQ) -> HGETALL job (RQ) -> [prepare: started by <worker>, PERSIST,
+      LREM intermediate (BLMOVE's list, when a worker listens on one queue only)]
       -> handler runs the program -> [deliver, MULTI: SET result, RPUSH notice, DEL job hash]
+
+(RQ dequeues from two queues with BLPOP, not BLMOVE: a worker SIGKILLed in the microseconds
+between its BLPOP and its prepare leaves the job in no list; its request is answered
+sandbox_error at its wait deadline.)
 
 Invariant the API watchdog relies on: a job hash that is gone means its result is stored (both
 change in one MULTI), unless Redis itself lost the data. A started job is watched through its
@@ -51,6 +58,8 @@ class NewJob:
     job_id: str
     payload: dict[str, Any]
     budget_s: float
+    queue: str = ""
+    """RQ queue name to enqueue on (a worker's own queue); empty: the shared queue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,17 +67,20 @@ class JobState:
     """What Redis says about one outstanding job."""
 
     kind: str
-    """`done` (result below), `queued`, `running`, or `lost` (worker dead or job vanished)."""
+    """`done` (result below), `queued`, `running`, `lost` (worker dead or job vanished), or
+    `stranded` (queued on the own queue of a worker that died: to be routed again)."""
     result: ResultDict | None = None
     worker: str = ""
+    queue: str = ""
+    """The RQ queue name the job was enqueued on."""
 
 
 WORKER_TTL_S = 60
-"""RQ's worker registration TTL; RQ blocks in BLMOVE for WORKER_TTL_S - 15 seconds at a time."""
+"""RQ's worker registration TTL; RQ blocks in BLPOP for WORKER_TTL_S - 15 seconds at a time."""
 
 
 def connect(redis_url: str, socket_timeout_s: float = 5.0) -> redis.Redis:
-    """A synchronous client; workers need socket_timeout_s above their BLMOVE block time."""
+    """A synchronous client; workers need socket_timeout_s above their BLPOP block time."""
     return redis.Redis.from_url(
         redis_url, socket_connect_timeout=2.0, socket_timeout=socket_timeout_s
     )
@@ -84,9 +96,16 @@ class JobQueue:
 
     def __init__(self, connection: redis.Redis, queue_name: str, result_ttl_s: int) -> None:
         self._redis = connection
-        self._queue = Queue(queue_name, connection=connection, serializer=JSONSerializer)
+        self._queues: dict[str, Queue] = {}
         self._name = queue_name
         self._result_ttl_s = result_ttl_s
+
+    def _rq_queue(self, name: str) -> Queue:
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = Queue(name, connection=self._redis, serializer=JSONSerializer)
+            self._queues[name] = queue
+        return queue
 
     def admit(self, groups: Sequence[Sequence[NewJob]], max_depth: int) -> list[bool]:
         """Enqueue each group whole if the queue stays within max_depth, in order; which were."""
@@ -104,29 +123,42 @@ class JobQueue:
         return admitted
 
     def enqueue(self, jobs: Sequence[NewJob], at_front: bool = False) -> None:
-        """Enqueue without an admission check (retries of already admitted work), in one MULTI."""
-        datas = [
-            Queue.prepare_data(
-                JOB_FUNC,
-                args=(job.payload,),
-                timeout=math.ceil(job.budget_s),
-                result_ttl=0,
-                failure_ttl=self._result_ttl_s,
-                description=job.payload.get("rid") or job.job_id,
-                job_id=job.job_id,
-                at_front=at_front,
+        """Enqueue without an admission check (retries of already admitted work), in one MULTI.
+
+        Jobs keep their order within each queue they go to.
+        """
+        by_queue: dict[str, list[Any]] = {}
+        for job in jobs:
+            by_queue.setdefault(job.queue or self._name, []).append(
+                Queue.prepare_data(
+                    JOB_FUNC,
+                    args=(job.payload,),
+                    timeout=math.ceil(job.budget_s),
+                    result_ttl=0,
+                    failure_ttl=self._result_ttl_s,
+                    description=job.payload.get("rid") or job.job_id,
+                    job_id=job.job_id,
+                    at_front=at_front,
+                )
             )
-            for job in jobs
-        ]
         with self._redis.pipeline(transaction=True) as pipe:
-            self._queue.enqueue_many(datas, pipeline=pipe)
+            for name, datas in by_queue.items():
+                self._rq_queue(name).enqueue_many(datas, pipeline=pipe)
             pipe.execute()
 
-    def withdraw(self, job_ids: Sequence[str]) -> list[bool]:
-        """Remove waiting jobs from the queue; True for each one removed (it will never run)."""
+    def withdraw(self, job_ids: Sequence[str], queues: Sequence[str] | None = None) -> list[bool]:
+        """Remove waiting jobs from their queues; True for each one removed (it will never run).
+
+        `queues`: the RQ queue of each job, when known; else read from the job.
+        """
+        if queues is None:
+            with self._redis.pipeline(transaction=False) as pipe:
+                for job_id in job_ids:
+                    pipe.hget(keys.rq_job(job_id), "origin")
+                queues = [q.decode() if q else self._name for q in pipe.execute()]
         with self._redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.lrem(keys.rq_queue(self._name), 0, job_id)
+            for job_id, queue in zip(job_ids, queues, strict=True):
+                pipe.lrem(keys.rq_queue(queue), 0, job_id)
             removed = [bool(n) for n in pipe.execute()]
         gone = [keys.rq_job(job_id) for job_id, r in zip(job_ids, removed, strict=True) if r]
         if gone:
@@ -143,29 +175,36 @@ class JobQueue:
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.zrangebyscore(keys.alive(self._name), alive_since, "+inf")
             for job_id in job_ids:
-                pipe.hmget(keys.rq_job(job_id), "status", "worker_name")
+                pipe.hmget(keys.rq_job(job_id), "status", "worker_name", "origin")
                 pipe.get(keys.result(self._name, job_id))
             replies = pipe.execute()
         live = {name.decode() for name in replies[0]}
         states: list[JobState] = []
         for i in range(len(job_ids)):
-            (status, worker), raw = replies[1 + 2 * i], replies[2 + 2 * i]
-            states.append(_classify(status, worker, raw, live))
+            (status, worker, origin), raw = replies[1 + 2 * i], replies[2 + 2 * i]
+            states.append(self._classify(status, worker, origin, raw, live))
         return states
 
-
-def _classify(
-    status: bytes | None, worker: bytes | None, raw: bytes | None, live: set[str]
-) -> JobState:
-    if raw is not None:
-        return JobState("done", result=json.loads(raw))
-    name = worker.decode() if worker else ""
-    if status == b"queued":
-        return JobState("queued")
-    if status == b"started":
-        return JobState("running" if name in live else "lost", worker=name)
-    # Gone without a result (Redis lost it), or failed/stopped by RQ's own maintenance.
-    return JobState("lost", worker=name)
+    def _classify(
+        self,
+        status: bytes | None,
+        worker: bytes | None,
+        origin: bytes | None,
+        raw: bytes | None,
+        live: set[str],
+    ) -> JobState:
+        if raw is not None:
+            return JobState("done", result=json.loads(raw))
+        name = worker.decode() if worker else ""
+        queue = origin.decode() if origin else self._name
+        if status == b"queued":
+            owner = keys.queue_worker(self._name, queue)
+            stranded = owner is not None and owner not in live
+            return JobState("stranded" if stranded else "queued", queue=queue)
+        if status == b"started":
+            return JobState("running" if name in live else "lost", worker=name, queue=queue)
+        # Gone without a result (Redis lost it), or failed/stopped by RQ's own maintenance.
+        return JobState("lost", worker=name, queue=queue)
 
 
 class JobHandler(Protocol):
@@ -189,9 +228,16 @@ class LeanWorker(SimpleWorker):
     """Cap of RQ's reconnect backoff, so workers resume quickly once Redis is back."""
 
     def __init__(
-        self, handler: JobHandler, queue_name: str, result_ttl_s: int, **kwargs: Any
+        self,
+        handler: JobHandler,
+        queue_name: str,
+        result_ttl_s: int,
+        own_queue: str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__([queue_name], serializer=JSONSerializer, **kwargs)
+        # RQ's default dequeue strategy keeps this order: the own queue is always tried first.
+        queues = [own_queue, queue_name] if own_queue else [queue_name]
+        super().__init__(queues, serializer=JSONSerializer, **kwargs)
         self._handler = handler
         self._queue_name = queue_name
         self._result_ttl_s = result_ttl_s
@@ -273,8 +319,12 @@ def work(
     worker_name: str,
     handler: JobHandler,
     result_ttl_s: int,
+    own_queue: str | None = None,
 ) -> None:
-    """Run the worker loop until SIGTERM/SIGINT; rides out Redis outages with backoff."""
+    """Run the worker loop until SIGTERM/SIGINT; rides out Redis outages with backoff.
+
+    `own_queue`: this worker's own queue (session cells), listened to before the shared one.
+    """
     backoff_s = 0.5
     while True:
         # A previous incarnation that lost Redis never registered its death; drop its record.
@@ -284,6 +334,7 @@ def work(
             handler,
             queue_name,
             result_ttl_s,
+            own_queue,
             connection=connection,
             name=worker_name,
             worker_ttl=WORKER_TTL_S,

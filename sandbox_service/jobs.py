@@ -43,6 +43,8 @@ class JobPayload:
     """Epoch seconds; a worker that dequeues the job later answers queue_timeout, never runs it."""
     attempt: int = 1
     """1 for the first run; 2 when re-run after its worker was lost."""
+    end_session: bool = False
+    """Not a cell: end the session `session_id` (free its interpreter, forget its cells)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict stored in the RQ job."""
@@ -65,6 +67,8 @@ class JobPayload:
             wire["s"] = self.session_id
         if self.attempt != 1:
             wire["n"] = self.attempt
+        if self.end_session:
+            wire["e"] = 1
         return wire
 
     @classmethod
@@ -83,7 +87,13 @@ class JobPayload:
             admitted_at=float(wire.get("at", 0.0)),
             start_by=float(wire.get("sb", 0.0)),
             attempt=int(wire.get("n", 1)),
+            end_session=bool(wire.get("e", 0)),
         )
+
+    def budget_timeout_s(self, max_timeout_s: float) -> float:
+        """Program seconds the worker's budget covers: a session cell may first replay its
+        session's earlier cells (each under the cell's own limit), so it gets the server's most."""
+        return max(self.timeout_s, max_timeout_s) if self.session_id is not None else self.timeout_s
 
     def retried(self, now: float, queue_deadline_s: float) -> JobPayload:
         """The payload of the second attempt, with a fresh queue deadline."""

@@ -5,13 +5,20 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 
 | key | type | written by | read by | lifetime |
 |---|---|---|---|---|
-| `rq:queue:<queue>` | list of job ids | API (enqueue) | workers (BLMOVE) | until dequeued |
-| `rq:queue:<queue>:intermediate` | list | workers (BLMOVE) | workers | ~1 ms per job |
+| `rq:queue:<queue>` | list of job ids | API (enqueue) | workers (BLPOP) | until dequeued |
 | `rq:job:<job_id>` | hash (RQ job; `data` is JSON) | API | workers, API watchdog | until finished |
 | `rq:worker:<name>`, `rq:workers*` | RQ worker registry | workers | `rq info` | worker life |
 | `<queue>:result:<job_id>` | string, JSON result | workers | API watchdog | `result_ttl_s` |
 | `<queue>:reply:<api_id>` | list of completion notices | workers | its API | `result_ttl_s` |
 | `<queue>:alive` | zset: worker -> last beat (epoch s) | workers, supervisor | API | pruned |
+| `rq:queue:<queue>:w:<worker>` | list: a worker's own queue | API | that worker first | dequeued |
+| `<queue>:session:<id>` | hash: `owner` worker, `n` cells | API (claim), owner | both | TTL |
+| `<queue>:cells:<id>` | list: recorded cells (code) | owner worker | restoring worker | TTL |
+
+A worker's own queue holds the cells of the sessions it owns (it listens there before the shared
+queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
+since the session's last use. A session's two keys have different prefixes (not
+`session:<id>:cells`) so that no session id, whatever it contains, names another session's key.
 """
 
 from __future__ import annotations
@@ -40,3 +47,29 @@ def reply(queue: str, api_id: str) -> str:
 def alive(queue: str) -> str:
     """Sorted set of worker names scored by their last heartbeat (epoch seconds)."""
     return f"{queue}:alive"
+
+
+def worker_queue(queue: str, worker: str) -> str:
+    """The RQ queue name of one worker's own queue (its list is `rq_queue(worker_queue(...))`)."""
+    return f"{queue}:w:{worker}"
+
+
+def queue_worker(queue: str, rq_queue_name: str) -> str | None:
+    """The worker whose own queue `rq_queue_name` is, or None for the shared queue."""
+    prefix = f"{queue}:w:"
+    return rq_queue_name[len(prefix) :] if rq_queue_name.startswith(prefix) else None
+
+
+def rq_queues() -> str:
+    """RQ's set of known queue keys (a dead worker's own queue is removed from it)."""
+    return "rq:queues"
+
+
+def session(queue: str, session_id: str) -> str:
+    """Hash of one session: its owner worker and its number of recorded cells."""
+    return f"{queue}:session:{session_id}"
+
+
+def session_cells(queue: str, session_id: str) -> str:
+    """List of one session's recorded cells, replayed to restore it on another worker."""
+    return f"{queue}:cells:{session_id}"

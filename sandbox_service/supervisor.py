@@ -19,7 +19,7 @@ import redis
 from sandbox_service import keys, procs
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
-from sandbox_service.worker import worker_name
+from sandbox_service.worker import forget_worker_queue, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +75,4 @@ def run_workers(settings: Settings, count: int) -> int:
 def _forget(connection: redis.Redis, queue_name: str, name: str) -> None:
     with contextlib.suppress(redis.RedisError):  # its heartbeat goes stale on its own
         connection.zrem(keys.alive(queue_name), name)
+    forget_worker_queue(connection, queue_name, name)

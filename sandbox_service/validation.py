@@ -42,8 +42,6 @@ def check_request(
         problem(
             "files", f"files total {files_bytes} bytes; at most {settings.max_files_bytes}", None
         )
-    if request.session_id is not None:
-        problem("session_id", "sessions are not available on this server yet", request.session_id)
     return problems
 
 

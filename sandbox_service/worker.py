@@ -2,7 +2,8 @@
 
 `rl-sandbox worker` starts settings.workers of these (see supervisor.py). Each one reports itself
 alive in Redis every worker_heartbeat_s from a thread, so the API can tell a lost worker (its job
-is re-run or answered sandbox_error) from a slow one.
+is re-run or answered sandbox_error) from a slow one. Session cells arrive on the worker's own
+queue and run in the session's interpreter (worker_sessions.py), not in the executor.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -25,7 +26,11 @@ from sandbox_service.execution import ExecutionResult, Limits, Status
 from sandbox_service.executor import Executor
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
+from sandbox_service.session_store import SessionStore
 from sandbox_service.settings import Settings
+
+if TYPE_CHECKING:
+    from sandbox_service.worker_sessions import SessionRunner
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +48,12 @@ def worker_name(slot: int, pid: int) -> str:
 class JobRunner:
     """Turns job payloads into results with one executor (the jobqueue.JobHandler of a worker)."""
 
-    def __init__(self, settings: Settings, make_executor: Callable[[], Executor]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        make_executor: Callable[[], Executor],
+        sessions: SessionRunner | None = None,
+    ) -> None:
         self._limits = Limits(
             max_output_bytes=settings.max_output_bytes,
             max_processes=settings.default_max_processes,
@@ -52,6 +62,7 @@ class JobRunner:
         )
         self._make_executor = make_executor
         self._executor: Executor | None = None
+        self._sessions = sessions
 
     def warm_up(self) -> None:
         """Start the executor now rather than on the first job."""
@@ -65,14 +76,21 @@ class JobRunner:
         try:
             started = time.time()
             queue_time = max(0.0, started - job.admitted_at)
+            restored = False
+            if job.end_session:  # cheap and never harmful: run even past its start-by time
+                return self._end_session(job, job_id)
             if started > job.start_by:
                 result = ExecutionResult.failure(
                     Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
                 )
+            elif job.session_id is not None:
+                result, restored = self._run_cell(job, job_id)
             else:
                 result = self._execute(job, job_id)
             wire = result_to_wire(result, job_id)
             wire["queue_time"] = queue_time
+            wire["restored"] = restored
+            session = {} if job.session_id is None else {"session": job.session_id}
             log.info(
                 "job done",
                 extra=fields(
@@ -82,6 +100,8 @@ class JobRunner:
                     queue_time=round(queue_time, 6),
                     wall_time=round(result.wall_time, 6),
                     total_time=round(time.time() - started, 6),
+                    **session,
+                    **({"restored": True} if restored else {}),
                 ),
             )
             return wire
@@ -99,10 +119,36 @@ class JobRunner:
             self.reset()
             return ExecutionResult.failure(Status.SANDBOX_ERROR, f"executor failed: {exc}")
 
+    def _run_cell(self, job: JobPayload, job_id: str) -> tuple[ExecutionResult, bool]:
+        assert job.session_id is not None
+        if self._sessions is None:
+            return ExecutionResult.failure(Status.SANDBOX_ERROR, "no sessions here"), False
+        try:
+            return self._sessions.run_cell(job.session_id, job.to_spec(job_id, self._limits))
+        except Exception as exc:  # the session's jail failed, not the program
+            log.exception("session cell failed", extra=fields(job_id=job_id))
+            with contextlib.suppress(Exception):
+                self._sessions.abandon(job.session_id)
+            return ExecutionResult.failure(Status.SANDBOX_ERROR, f"session failed: {exc}"), False
+
+    def _end_session(self, job: JobPayload, job_id: str) -> ResultDict:
+        assert job.session_id is not None
+        if self._sessions is None:
+            return failure_result(Status.SANDBOX_ERROR, "no sessions here", job_id)
+        ended = self._sessions.end(job.session_id)
+        log.info("session ended", extra=fields(job_id=job_id, session=job.session_id, ended=ended))
+        wire = result_to_wire(ExecutionResult(Status.OK), job_id)
+        wire["ended"] = ended
+        return wire
+
     def abandon(self, job_id: str, payload: dict[str, Any], reason: str) -> ResultDict:
-        """The run was interrupted: tear the executor down (a fresh one serves the next job)."""
+        """The run was interrupted: tear the jail down (a fresh one serves the next job)."""
         log.error("job abandoned: %s", reason, extra=fields(job_id=job_id))
-        self.reset()
+        session_id = payload.get("s")
+        if session_id is not None and self._sessions is not None:
+            self._sessions.abandon(str(session_id))
+        else:
+            self.reset()
         return failure_result(Status.SANDBOX_ERROR, reason, job_id)
 
     def reset(self) -> None:
@@ -114,7 +160,14 @@ class JobRunner:
             except Exception:
                 log.exception("closing the executor failed")
 
-    close = reset
+    def close(self) -> None:
+        """Close the executor and end every live session."""
+        self.reset()
+        if self._sessions is not None:
+            try:
+                self._sessions.close()
+            except Exception:
+                log.exception("closing the sessions failed")
 
 
 class Heartbeat:
@@ -158,29 +211,43 @@ class Heartbeat:
 def run(settings: Settings, slot: int) -> int:
     """Serve jobs with executor slot `slot` until SIGTERM; returns the exit status."""
     from sandbox_service.jail import create_executor
+    from sandbox_service.worker_sessions import SessionRunner
 
     if settings.redis_url is None:
         log.error("no Redis: set RL_SANDBOX_REDIS_URL (or REDIS_URL)")
         return 2
     name = worker_name(slot, os.getpid())
-    runner = JobRunner(settings, lambda: create_executor(settings, slot))
+    beat_connection = jobqueue.connect(settings.redis_url)
+    store = SessionStore.for_settings(beat_connection, settings)
+    sessions = SessionRunner(settings, slot, store, name)
+    runner = JobRunner(settings, lambda: create_executor(settings, slot), sessions)
     try:
         runner.warm_up()
     except Exception:
         log.exception("executor failed to start", extra=fields(slot=slot))
         return 3
     connection = jobqueue.connect_worker(settings.redis_url)
-    beat_connection = jobqueue.connect(settings.redis_url)
     heartbeat = Heartbeat(beat_connection, settings.queue_name, name, settings.worker_heartbeat_s)
     heartbeat.start()
+    sessions.start()
+    own_queue = keys.worker_queue(settings.queue_name, name)
     log.info("worker ready", extra=fields(worker=name, slot=slot, mode=settings.executor_mode))
     try:
-        jobqueue.work(connection, settings.queue_name, name, runner, settings.result_ttl_s)
+        jobqueue.work(
+            connection, settings.queue_name, name, runner, settings.result_ttl_s, own_queue
+        )
     finally:
         heartbeat.stop()
         runner.close()
+        forget_worker_queue(beat_connection, settings.queue_name, name)
         log.info("worker stopped", extra=fields(worker=name, slot=slot))
     return 0
+
+
+def forget_worker_queue(connection: redis.Redis, queue_name: str, name: str) -> None:
+    """Drop a stopped worker's own queue from RQ's queue set (what is left in it is re-routed)."""
+    with contextlib.suppress(redis.RedisError):
+        connection.srem(keys.rq_queues(), keys.rq_queue(keys.worker_queue(queue_name, name)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

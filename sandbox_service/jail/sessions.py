@@ -155,8 +155,8 @@ class SessionPool:
                     self._replay(live, spec, history)
                     restored = True
             self._live.move_to_end(session_id)
-            live.last_used = time.monotonic()
             reply = live.jail.run(spec)
+            live.last_used = time.monotonic()  # idle from the end of its last cell
         except (JailFailure, OSError) as exc:
             self.end(session_id, force=True)
             result = ExecutionResult.failure(

@@ -187,7 +187,8 @@ def b64(data: bytes) -> str:
         ({"code": "1", "files": {"a.txt": "not base64!"}}, ["body", "files"]),
         ({"code": "1", "files": {"big": b64(b"x" * 5000)}}, ["body", "files"]),
         ({"code": "1", "fetch_files": ["../etc/passwd"]}, ["body", "fetch_files"]),
-        ({"code": "1", "session_id": "s1"}, ["body", "session_id"]),
+        ({"code": "1", "session_id": ""}, ["body", "session_id"]),
+        ({"code": "1", "session_id": "s" * 257}, ["body", "session_id"]),
     ],
 )
 async def test_invalid_requests_get_422_naming_the_field(

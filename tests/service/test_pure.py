@@ -6,6 +6,7 @@ import base64
 import subprocess
 import sys
 
+from sandbox_service import keys
 from sandbox_service.execution import ExecutionResult, Limits, Status
 from sandbox_service.jobs import (
     INLINE_RESULT_MAX_BYTES,
@@ -68,6 +69,21 @@ def test_payload_round_trips_and_builds_the_spec() -> None:
     assert spec.limits.max_output_bytes == 100 and spec.execution_id == "job-1"
     retried = payload.retried(now=100.0, queue_deadline_s=60.0)
     assert (retried.attempt, retried.start_by) == (3, 160.0)
+
+
+def test_session_payloads_round_trip_and_get_the_largest_budget() -> None:
+    cell = JobPayload(code="x", timeout_s=2.0, session_id="s:1")
+    end = JobPayload(code="", session_id="s:1", end_session=True)
+    assert JobPayload.from_wire(cell.to_wire()) == cell
+    assert JobPayload.from_wire(end.to_wire()) == end
+    assert cell.budget_timeout_s(60.0) == 60.0  # it may replay the session first
+    assert JobPayload(code="x", timeout_s=2.0).budget_timeout_s(60.0) == 2.0
+
+
+def test_session_keys_cannot_name_each_other() -> None:
+    assert keys.session("q", "a:cells") != keys.session_cells("q", "a")
+    assert keys.queue_worker("q", keys.worker_queue("q", "host:0:12")) == "host:0:12"
+    assert keys.queue_worker("q", "q") is None
 
 
 def test_notices_carry_small_results_inline_and_point_to_large_ones() -> None:
