@@ -1,4 +1,10 @@
-"""A private redis-server child on a loopback port, without persistence (for `up` and tests)."""
+"""A private redis-server child on a loopback port, without persistence (for `up` and tests).
+
+`rl-sandbox up` also gives it a unix socket and hands that to its API and workers: every Redis
+round trip of a call (about seven) then skips the loopback TCP stack, which costs measurably more
+CPU per round trip here (docs/performance.md). Tests that restart Redis at the same address use
+the TCP port.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +26,14 @@ class RedisServer:
     process: subprocess.Popen[bytes]
     port: int
     workdir: str
+    unix_socket: str | None = None
+    """Path of its unix socket (mode 0700: root's processes only), when it has one."""
 
     @property
     def url(self) -> str:
-        """Its redis:// URL."""
+        """Its URL: the unix socket when it has one, else TCP on loopback."""
+        if self.unix_socket is not None:
+            return f"unix://{self.unix_socket}?db=0"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
@@ -32,8 +42,11 @@ class RedisServer:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_redis_server(port: int | None = None, binary: str = "redis-server") -> RedisServer:
-    """Start redis-server on 127.0.0.1:port (a free one by default) and wait until it answers."""
+def start_redis_server(
+    port: int | None = None, binary: str = "redis-server", unix_socket: bool = False
+) -> RedisServer:
+    """Start redis-server on 127.0.0.1:port (a free one by default), and on a unix socket in its
+    private directory if asked; wait until it answers."""
     port = port or procs.free_port()
     workdir = tempfile.mkdtemp(prefix="rl-sandbox-redis-")
     argv = [
@@ -41,8 +54,11 @@ def start_redis_server(port: int | None = None, binary: str = "redis-server") ->
         "--save", "", "--appendonly", "no", "--dir", workdir, "--daemonize", "no",
         "--maxclients", "10000", "--loglevel", "warning",
     ]  # fmt: skip
+    socket_path = f"{workdir}/redis.sock" if unix_socket else None
+    if socket_path is not None:
+        argv += ["--unixsocket", socket_path, "--unixsocketperm", "700"]
     process = procs.spawn(argv, stdout=subprocess.DEVNULL)
-    server = RedisServer(process, port, workdir)
+    server = RedisServer(process, port, workdir, socket_path)
     client = redis.Redis(port=port, socket_connect_timeout=0.5)
     deadline = time.monotonic() + 10.0
     while True:

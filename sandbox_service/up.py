@@ -28,7 +28,7 @@ def up(settings: Settings, host: str, port: int) -> int:
     env = dict(os.environ)
     redis_server: RedisServer | None = None
     if settings.redis_url is None:
-        redis_server = start_redis_server()
+        redis_server = start_redis_server(unix_socket=True)
         env["RL_SANDBOX_REDIS_URL"] = redis_server.url
         log.info("private redis started", extra=fields(url=redis_server.url))
     env["RL_SANDBOX_WORKERS"] = str(settings.workers)
