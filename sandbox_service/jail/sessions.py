@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # Session jails use their own range of outside uids, apart from the executor slots'.
 SESSION_UID_OFFSET = 10000
 SESSION_UIDS_PER_SLOT = 1000
+SPARE_WAIT_S = 60.0
+"""Longest wait for a spare jail that is starting, before starting one for the session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ class SessionPool:
         self._spares_wanted = spares
         self._live: OrderedDict[str, _LiveSession] = OrderedDict()
         self._spares: list[_LiveSession] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._starting = 0
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -114,11 +116,15 @@ class SessionPool:
             keep = spare is not None and not self._closed
             if keep and spare is not None:
                 self._spares.append(spare)
+            self._lock.notify_all()
         if spare is not None and not keep:
             self._discard(spare)  # the pool was closed while this spare started
 
     def _take_jail(self) -> _LiveSession:
         with self._lock:
+            # A spare already starting is ready sooner than a jail started now (and the two
+            # preloads would share the CPU): wait for it.
+            self._lock.wait_for(lambda: self._spares or not self._starting, timeout=SPARE_WAIT_S)
             spare = self._spares.pop() if self._spares else None
         session = spare if spare is not None and spare.jail.alive() else None
         if spare is not None and session is None:
