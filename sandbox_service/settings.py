@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     """Idle sessions expire after this long."""
     max_sessions_per_worker: int = Field(16, ge=1)
     """Live sessions one worker holds; the least recently used is evicted past it."""
+    session_spares: int = Field(1, ge=0)
+    """Session jails a worker keeps started ahead (once it has served a session), so that a new
+    session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
     # --- drop-in compatibility (docs/compatibility.md) ---
     codejudge_timeout_s: float = Field(10.0, gt=0)

@@ -219,7 +219,7 @@ def run(settings: Settings, slot: int) -> int:
     name = worker_name(slot, os.getpid())
     beat_connection = jobqueue.connect(settings.redis_url)
     store = SessionStore.for_settings(beat_connection, settings)
-    sessions = SessionRunner(settings, slot, store, name)
+    sessions = SessionRunner(settings, slot, store, name, spares=settings.session_spares)
     runner = JobRunner(settings, lambda: create_executor(settings, slot), sessions)
     try:
         runner.warm_up()
