@@ -9,7 +9,7 @@ import uuid
 
 from sandbox_service.execution import ExecutionSpec, Limits
 from sandbox_service.jail import create_executor
-from sandbox_service.result_wire import result_to_wire
+from sandbox_service.jobs import result_to_wire
 from sandbox_service.settings import Settings
 
 
@@ -35,6 +35,6 @@ def run_once(args: argparse.Namespace) -> int:
         result = executor.run(spec)
     finally:
         executor.close()
-    json.dump(result_to_wire(result).model_dump(mode="json"), sys.stdout, indent=2)
+    json.dump(result_to_wire(result, spec.execution_id), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
