@@ -75,6 +75,30 @@ class JobState:
     """The RQ queue name the job was enqueued on."""
 
 
+ADMIT_SCRIPT = """
+local depth = redis.call('LLEN', KEYS[1])
+local max_depth = tonumber(ARGV[1])
+local i = 3
+local admitted = {}
+for g = 1, tonumber(ARGV[2]) do
+  local size, ncommands = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  i = i + 2
+  local fits = depth + size <= max_depth
+  if fits then depth = depth + size end
+  admitted[g] = fits and 1 or 0
+  for _ = 1, ncommands do
+    local nargs = tonumber(ARGV[i])
+    if fits then redis.call(unpack(ARGV, i + 1, i + nargs)) end
+    i = i + 1 + nargs
+  end
+end
+return admitted
+"""
+"""Admission in one round trip (KEYS and ARGV from JobQueue.admission): each group is enqueued
+whole if the shared queue stays within its bound, else nothing of it; returns 1 or 0 per group.
+Atomic, so the bound is exact across API replicas too. Like RQ's own MULTI it touches keys it
+does not declare: one Redis (or one shard), as RQ needs anyway."""
+
 WORKER_TTL_S = 60
 """RQ's worker registration TTL; RQ blocks in BLPOP for WORKER_TTL_S - 15 seconds at a time."""
 
@@ -92,7 +116,8 @@ def connect_worker(redis_url: str) -> redis.Redis:
 
 
 class JobQueue:
-    """Enqueue, inspect and withdraw jobs (synchronous: the API calls it from threads)."""
+    """Enqueue, inspect and withdraw jobs (synchronous: the API calls these from threads), and
+    build the admission script's arguments (sent by the API on its asyncio client)."""
 
     def __init__(self, connection: redis.Redis, queue_name: str, result_ttl_s: int) -> None:
         self._redis = connection
@@ -107,26 +132,39 @@ class JobQueue:
             self._queues[name] = queue
         return queue
 
-    def admit(self, groups: Sequence[Sequence[NewJob]], max_depth: int) -> list[bool]:
-        """Enqueue each group whole if the queue stays within max_depth, in order; which were."""
-        depth = int(self._redis.llen(keys.rq_queue(self._name)))
-        admitted: list[bool] = []
-        accepted: list[NewJob] = []
+    def admission(
+        self, groups: Sequence[Sequence[NewJob]], max_depth: int
+    ) -> tuple[list[str], list[Any]]:
+        """(KEYS, ARGV) of ADMIT_SCRIPT for these groups: RQ's own enqueue commands, which the
+        script runs for each group that fits (the caller sends it, from any client)."""
+        argv: list[Any] = [max_depth, len(groups)]
         for group in groups:
-            fits = depth + len(group) <= max_depth
-            admitted.append(fits)
-            if fits:
-                depth += len(group)
-                accepted.extend(group)
-        if accepted:
-            self.enqueue(accepted)
-        return admitted
+            commands = self._enqueue_commands(group)
+            argv += [len(group), len(commands)]
+            for command in commands:
+                argv.append(len(command))
+                argv.extend(command)
+        return [keys.rq_queue(self._name)], argv
+
+    def _enqueue_commands(self, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
+        # RQ builds its jobs into a pipeline that is never executed; its commands are taken.
+        pipe = self._redis.pipeline(transaction=False)
+        try:
+            self._enqueue_into(pipe, jobs, at_front=False)
+            return [tuple(args) for args, _ in pipe.command_stack]
+        finally:
+            pipe.reset()
 
     def enqueue(self, jobs: Sequence[NewJob], at_front: bool = False) -> None:
         """Enqueue without an admission check (retries of already admitted work), in one MULTI.
 
         Jobs keep their order within each queue they go to.
         """
+        with self._redis.pipeline(transaction=True) as pipe:
+            self._enqueue_into(pipe, jobs, at_front)
+            pipe.execute()
+
+    def _enqueue_into(self, pipe: Any, jobs: Sequence[NewJob], at_front: bool) -> None:
         by_queue: dict[str, list[Any]] = {}
         for job in jobs:
             by_queue.setdefault(job.queue or self._name, []).append(
@@ -141,10 +179,8 @@ class JobQueue:
                     at_front=at_front,
                 )
             )
-        with self._redis.pipeline(transaction=True) as pipe:
-            for name, datas in by_queue.items():
-                self._rq_queue(name).enqueue_many(datas, pipeline=pipe)
-            pipe.execute()
+        for name, datas in by_queue.items():
+            self._rq_queue(name).enqueue_many(datas, pipeline=pipe)
 
     def withdraw(self, job_ids: Sequence[str], queues: Sequence[str] | None = None) -> list[bool]:
         """Remove waiting jobs from their queues; True for each one removed (it will never run).

@@ -91,7 +91,7 @@ def patch_api() -> None:
     edge.Edge.__call__ = edge_call  # type: ignore[method-assign]
 
     def admit_before(self: Any, groups: Any, *rest: Any) -> None:
-        # JobQueue.admit (thread) or JobQueue.admission_args (script), whichever admits.
+        # JobQueue.admit (thread) or JobQueue.admission (script), whichever admits.
         for group in groups:
             for job in group:
                 stamp("admit_start", job.job_id)
@@ -102,7 +102,7 @@ def patch_api() -> None:
             for job in group:
                 stamp("admit_end", job.job_id)
 
-    for name in ("admit", "admission_args"):
+    for name in ("admit", "admission"):
         if hasattr(jobqueue.JobQueue, name):
             wrap(jobqueue.JobQueue, name, admit_before, admit_after)
 
