@@ -30,8 +30,6 @@ log = logging.getLogger(__name__)
 # Session jails use their own range of outside uids, apart from the executor slots'.
 SESSION_UID_OFFSET = 10000
 SESSION_UIDS_PER_SLOT = 1000
-SPARE_WAIT_S = 60.0
-"""Longest wait for a spare jail that is starting, before starting one for the session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +72,7 @@ class SessionPool:
 
     # --- jails ---------------------------------------------------------------------------------
 
-    def _start_session_jail(self) -> _LiveSession:
+    def _start_session_jail(self, preload: bool = True) -> _LiveSession:
         serial = next(self._serial)
         uid = (
             self._settings.sandbox_uid_base
@@ -88,7 +86,8 @@ class SessionPool:
             whole_life=True,
         )
         cgroups.create()
-        jail = ZygoteJail(replace(self._layout, outside_uid=uid), cgroups, self._log_path)
+        layout = replace(self._layout, outside_uid=uid, preload=preload)
+        jail = ZygoteJail(layout, cgroups, self._log_path)
         try:
             jail.start()
         except JailFailure:
@@ -122,15 +121,14 @@ class SessionPool:
 
     def _take_jail(self) -> _LiveSession:
         with self._lock:
-            # A spare already starting is ready sooner than a jail started now (and the two
-            # preloads would share the CPU): wait for it.
-            self._lock.wait_for(lambda: self._spares or not self._starting, timeout=SPARE_WAIT_S)
             spare = self._spares.pop() if self._spares else None
         session = spare if spare is not None and spare.jail.alive() else None
         if spare is not None and session is None:
             self._discard(spare)
         if session is None:
-            session = self._start_session_jail()
+            # No preloaded spare is ready. A bare jail starts in tens of milliseconds, where a
+            # preload takes a second or more of CPU: this session pays its own first imports.
+            session = self._start_session_jail(preload=False)
         self._refill_spares()
         return session
 
