@@ -16,7 +16,7 @@ from sandbox_service.models import ExecuteRequest, ExecuteResult
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import InvalidRequestError
-from trainer_client.http import Timeouts, post_batch
+from trainer_client.http import Timeouts, delete_session, post_batch
 from trainer_client.retry import RetryPolicy
 from trainer_client.stats import ClientStats, Counters
 
@@ -179,6 +179,10 @@ class SandboxClient:
 
     async def _submit(self, request: RequestLike) -> ExecuteResult:
         return await self._dispatcher.submit(to_request(request))
+
+    async def end_session(self, session_id: str) -> bool:
+        """End a session (DELETE /sessions/{id}); False if the server did not know it."""
+        return await delete_session(self._http, session_id, self._timeouts)
 
     def stats(self) -> ClientStats:
         """A snapshot of the client-side counters."""

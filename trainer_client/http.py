@@ -6,12 +6,14 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
 
 from sandbox_service.models import BatchResponse
 from trainer_client.dispatch import BatchOutcome
+from trainer_client.errors import SandboxClientError
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
 
 BATCH_PATH = "/execute/batch"
@@ -119,3 +121,18 @@ async def post_batch(
         # A 200 that is not our schema: a proxy or a half-written body. Nothing says it ran.
         return BatchOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
     return BatchOutcome(Verdict.ANSWERED, results=parsed.results)
+
+
+async def delete_session(http: httpx.AsyncClient, session_id: str, timeouts: Timeouts) -> bool:
+    """DELETE /sessions/{id}: True when the session was ended, False when it did not exist."""
+    response = await http.delete(
+        f"/sessions/{quote(session_id, safe='')}", timeout=timeouts.for_batch(0.0)
+    )
+    if response.status_code == 404:
+        return False
+    if response.status_code not in (200, 204):
+        raise SandboxClientError(
+            f"ending session {session_id!r}: HTTP {response.status_code}: "
+            + error_detail(response.content, response.reason_phrase)
+        )
+    return True

@@ -72,6 +72,10 @@ class SyncSandboxClient:
             raise ClientClosedError("the client is closed")
         return self._call(self._client.execute_many(list(requests)))
 
+    def end_session(self, session_id: str) -> bool:
+        """End a session (DELETE /sessions/{id}); False if the server did not know it."""
+        return self._call(self._client.end_session(session_id))
+
     def stats(self) -> ClientStats:
         """A snapshot of the client-side counters."""
         return self._call(self._stats())

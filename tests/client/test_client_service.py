@@ -200,3 +200,21 @@ async def test_every_call_is_answered_across_a_service_crash_and_restart(
     assert wrong == {}
     assert stats.failures == 0
     assert stats.retry_causes.get("ConnectError", 0) > 0  # it was really down for a while
+
+
+async def test_a_session_keeps_state_until_ended(service: Service) -> None:
+    async with SandboxClient(service.url) as client:
+        first = await client.execute("total = 40", session_id="client-session")
+        second = await client.execute("total + 2", session_id="client-session")
+        assert (first.status, second.stdout) == ("ok", "42\n")
+        assert await client.end_session("client-session") is True
+        assert await client.end_session("client-session") is False
+        fresh = await client.execute("'total' in globals()", session_id="client-session")
+    assert fresh.stdout == "False\n"
+
+
+def test_the_sync_facade_ends_sessions(service: Service) -> None:
+    with SyncSandboxClient(service.url) as client:
+        client.execute("x = 1", session_id="sync-session")
+        assert client.end_session("sync-session") is True
+        assert client.end_session("never-started") is False
