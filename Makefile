@@ -91,3 +91,7 @@ loadtest: setup
 BENCH_ARGS ?=
 bench: setup
 	$(VENV)/bin/rl-sandbox bench --out reports/bench $(BENCH_ARGS)
+
+# The jail alone: latency and 2-core throughput, warm and cold, next to a fresh `python -c`.
+bench-executor: setup
+	$(PY) scripts/bench_executor.py
