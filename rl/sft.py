@@ -45,9 +45,15 @@ async def _render_one(
             raise ValueError(f"demonstration turn {number} has no tool call: {turn[:80]!r}")
         record = await execute_call(tools, calls[0], number, settings)
         responses.append(record.text)
+    pieces = demonstration(template, list(demo.turns), responses)
+    if demo.hidden:
+        text, _ = pieces[-1]
+        at = text.rindex(demo.hidden)
+        end = at + len(demo.hidden)
+        pieces[-1:] = [(text[:at], True), (text[at:end], False), (text[end:], True)]
     response: list[int] = []
     mask: list[int] = []
-    for text, trained in demonstration(template, list(demo.turns), responses):
+    for text, trained in pieces:
         ids = codec.encode(text)
         response.extend(ids)
         mask.extend([int(trained)] * len(ids))

@@ -1,15 +1,20 @@
 """Problems to train on, and the scripted turns the SFT stage imitates.
 
-The demo task is exact multiplication of multi-digit integers: easy with the Python tool, out of
-reach for a small model on its own. Its demonstrations either call the tool (compute, read
-stdout, answer) or answer at once. Real datasets come as JSON lines with "question" and "answer".
-Pure: the tool responses of demonstrations are produced later, by running their calls.
+The demo task is exact arithmetic on multi-digit integers, a product or the remainder of a
+product by a modulus: easy with the Python tool, out of reach for a small model on its own
+(a guess is right about 1 time in `modulus`). Its demonstrations either call the tool (compute,
+read stdout, answer) or answer at once. The remainder keeps the number the model must copy from
+the tool's stdout short: a two-layer model learns to copy one or two tokens from a tool response
+in a few hundred steps, a seven-digit product takes it far longer (measured; docs/rl.md).
+Real datasets come as JSON lines with "question" and "answer". Pure: the tool responses of
+demonstrations are produced later, by running their calls.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,9 @@ class Demonstration:
 
     question: str
     turns: tuple[str, ...]
+    hidden: str | None = None
+    """A substring of the last turn left out of the loss: a direct answer's number, which no
+    small model can learn (training on it would only teach guessing, against copying)."""
 
 
 def tool_call_text(code: str, stdin: str = "") -> str:
@@ -39,8 +47,13 @@ def tool_call_text(code: str, stdin: str = "") -> str:
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
-def arithmetic_problems(n: int, *, seed: int, min_digits: int, max_digits: int) -> list[Problem]:
-    """n multiplication problems a * b with operands of min..max digits."""
+_QUESTION = re.compile(r"What is (\d+) \* (\d+)(?: mod (\d+))?\?")
+
+
+def arithmetic_problems(
+    n: int, *, seed: int, min_digits: int, max_digits: int, modulus: int = 0
+) -> list[Problem]:
+    """n problems "What is a * b?" (or "What is a * b mod m?" when modulus > 0)."""
     rng = random.Random(seed)
     problems = []
     for _ in range(n):
@@ -48,24 +61,30 @@ def arithmetic_problems(n: int, *, seed: int, min_digits: int, max_digits: int) 
             rng.randrange(10 ** (d - 1), 10**d)
             for d in (rng.randint(min_digits, max_digits) for _ in range(2))
         )
-        problems.append(Problem(f"What is {a} * {b}?", str(a * b)))
+        if modulus > 0:
+            problems.append(Problem(f"What is {a} * {b} mod {modulus}?", str(a * b % modulus)))
+        else:
+            problems.append(Problem(f"What is {a} * {b}?", str(a * b)))
     return problems
 
 
-def _operands(question: str) -> tuple[int, int]:
-    left, right = question.removeprefix("What is ").removesuffix("?").split(" * ")
-    return int(left), int(right)
+def arithmetic_code(question: str) -> str:
+    """The program that answers an arithmetic question."""
+    match = _QUESTION.fullmatch(question)
+    if match is None:
+        raise ValueError(f"not an arithmetic question: {question!r}")
+    a, b, m = match.groups()
+    return f"print({a} * {b} % {m})" if m else f"print({a} * {b})"
 
 
 def arithmetic_demonstration(problem: Problem, *, use_tool: bool) -> Demonstration:
     """The tool path (compute in Python, then answer with its output) or a direct answer."""
-    a, b = _operands(problem.question)
     if not use_tool:
         turn = f"I know this one.</reason><answer>\\boxed{{{problem.answer}}}</answer>"
-        return Demonstration(problem.question, (turn,))
-    call = tool_call_text(f"print({a} * {b})")
+        return Demonstration(problem.question, (turn,), hidden=problem.answer)
+    call = tool_call_text(arithmetic_code(problem.question))
     first = f"Let me compute it with Python.</reason>{call}"
-    last = f"The output is {problem.answer}.</reason><answer>\\boxed{{{problem.answer}}}</answer>"
+    last = f"I have the output.</reason><answer>\\boxed{{{problem.answer}}}</answer>"
     return Demonstration(problem.question, (first, last))
 
 

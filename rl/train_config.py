@@ -67,6 +67,8 @@ class TaskConfig:
     """arithmetic: fewest digits of an operand."""
     max_digits: int = 4
     """arithmetic: most digits of an operand."""
+    modulus: int = 0
+    """arithmetic: ask for the product's remainder by this (0: the product itself)."""
     sft_tool_fraction: float = 0.3
     """arithmetic: share of SFT demonstrations that use the tool (the rest answer directly,
     which a small model cannot do exactly: RL has to discover that the tool pays)."""
@@ -361,6 +363,8 @@ def _check(config: TrainConfig, source: str) -> None:
         config.task.max_digits
     ):
         problems.append("task: need 1 <= min_digits <= max_digits")
+    if config.task.modulus < 0:
+        problems.append("task.modulus: must be >= 0")
     if not 0.0 <= config.task.sft_tool_fraction <= 1.0:
         problems.append("task.sft_tool_fraction: must be within [0, 1]")
     if not config.rollout.engines:

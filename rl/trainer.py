@@ -74,6 +74,22 @@ def build_template(config: TrainConfig) -> PromptTemplate:
     return dataclasses.replace(base, **overrides)
 
 
+def load_tokenizer(path: str, auto: Any) -> Any:
+    """The tokenizer saved with a model; a plain tokenizers one (our tiny model's) as it was.
+
+    AutoTokenizer would pick the model type's tokenizer class (Qwen2's for the tiny model) and
+    replace the saved pre-tokenizer with that class's, changing how numbers are split.
+    """
+    config = Path(path) / "tokenizer_config.json"
+    if config.exists():
+        saved = json.loads(config.read_text()).get("tokenizer_class")
+        if saved in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return auto.from_pretrained(path)
+
+
 def _cycle(items: Sequence[Any], rng: random.Random) -> Iterator[Any]:
     while True:
         order = list(items)
@@ -125,12 +141,11 @@ class Run:
             problems = load_problems(task.train_file)
             demos = load_demonstrations(task.sft_file) if task.sft_file else []
             return problems, demos
-        problems = arithmetic_problems(
-            task.num_problems, seed=seed, min_digits=task.min_digits, max_digits=task.max_digits
-        )
+        shape = {"min_digits": task.min_digits, "max_digits": task.max_digits}
+        problems = arithmetic_problems(task.num_problems, seed=seed, modulus=task.modulus, **shape)
         # Demonstrations on other problems (another seed): SFT teaches the format, not answers.
         sft_problems = arithmetic_problems(
-            task.num_problems, seed=seed + 1, min_digits=task.min_digits, max_digits=task.max_digits
+            task.num_problems, seed=seed + 1, modulus=task.modulus, **shape
         )
         demos = arithmetic_demonstrations(
             sft_problems, tool_fraction=task.sft_tool_fraction, seed=seed
@@ -145,7 +160,7 @@ class Run:
         if m.source == "pretrained":
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(m.path)
+            tokenizer = load_tokenizer(m.path, AutoTokenizer)
             kwargs: dict[str, Any] = {"dtype": dtype}
             if m.attn_implementation:
                 kwargs["attn_implementation"] = m.attn_implementation

@@ -44,11 +44,14 @@ def _tokenizer() -> Any:
     corpus = [TEMPLATE.prompt(d.question) for d in (PRODUCT, DIVISION)]
     for demo, text in ((PRODUCT, SUCCESS), (DIVISION, FAILURE)):
         corpus += [t for t, _ in demonstration(TEMPLATE, list(demo.turns), [text.format(t=0)])]
-    return build_tokenizer(corpus * 4, 300)
+    return build_tokenizer(corpus * 4, 600)
 
 
 def tiny_policy(seed: int = 0) -> tuple[Any, Any, HFCodec]:
     """An untrained model and a tokenizer trained on the demonstrations' text (built once)."""
+    # One intra-op thread: the sandbox's workers share these two cores, and oversubscribed
+    # threads slow tiny forwards down tenfold.
+    torch.set_num_threads(1)
     tokenizer = _tokenizer()
     model = build_model(
         len(tokenizer),
@@ -56,7 +59,7 @@ def tiny_policy(seed: int = 0) -> tuple[Any, Any, HFCodec]:
         num_layers=2,
         num_heads=4,
         intermediate_size=128,
-        max_positions=256,
+        max_positions=512,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         seed=seed,

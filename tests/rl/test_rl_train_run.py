@@ -9,7 +9,7 @@ import pytest
 
 from rl.local_service import LocalService
 from rl.train_config import config_from_dict
-from rl.trainer import train
+from rl.trainer import load_tokenizer, train
 
 pytestmark = pytest.mark.slow
 
@@ -74,3 +74,10 @@ def test_a_toy_run_writes_metrics_checkpoints_and_plot(
     assert (out / "checkpoints" / "sft-end" / "config.json").exists()
     assert (out / "metrics.png").stat().st_size > 0
     assert (out / "config.toml").read_text() == "# toy\n"
+    # A checkpoint reloads with the tokenizer it was trained with (numbers split the same way).
+    from transformers import AutoTokenizer
+
+    text = "stdout: 4517277\n<answer>\\boxed{4517277}</answer>"
+    reloaded = load_tokenizer(str(out / "checkpoints" / "rl-end"), AutoTokenizer)
+    original = load_tokenizer(str(out / "tokenizer"), AutoTokenizer)
+    assert reloaded.encode(text) == original.encode(text)
