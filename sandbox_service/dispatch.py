@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from sandbox_service import jobqueue, keys
@@ -74,12 +73,8 @@ class Dispatcher:
         connection = jobqueue.connect(settings.redis_url)
         self._job_queue = JobQueue(connection, settings.queue_name, settings.result_ttl_s)
         self.sessions = SessionStore.for_settings(connection, settings)
-        self.redis = aioredis.Redis.from_url(
-            settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
-        )
-        self._listen_redis = aioredis.Redis.from_url(
-            settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
-        )
+        self.redis = jobqueue.connect_async(settings.redis_url)
+        self._listen_redis = jobqueue.connect_async(settings.redis_url)
         self.awaiter = Awaiter(
             settings,
             keys.reply(settings.queue_name, self.api_id),

