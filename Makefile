@@ -78,13 +78,15 @@ demo-rl: setup
 	$(VENV)/bin/rl-sandbox train --config configs/demo-rl.toml
 
 # Locust, headless and bounded (LOADTEST_TIME), against a private service on 127.0.0.1 that it
-# starts and stops: RL tool-call mix, every status checked. LOADTEST_SESSIONS=1 adds session users.
+# starts and stops: RL tool-call mix and session episodes, every status checked (LOADTEST_SESSIONS=
+# with no value leaves the session users out).
 # Writes reports/loadtest/{locust_stats.csv,locust_stats_history.csv,locust_failures.csv,locust.html,run.json}.
 LOADTEST_USERS ?= 40
 LOADTEST_TIME ?= 60s
+LOADTEST_SESSIONS ?= 1
 loadtest: setup
 	$(PY) loadtests/run_local.py --users $(LOADTEST_USERS) --run-time $(LOADTEST_TIME) \
-	  $(if $(LOADTEST_SESSIONS),--sessions) --out reports/loadtest
+	  $(if $(LOADTEST_SESSIONS),,--no-sessions) --out reports/loadtest
 
 # Concurrency sweep of print and sympy against a private service on loopback, next to a fresh
 # `python -c` per call in the same run (a few minutes). Writes reports/bench/{bench.json,bench.md,bench.png}.

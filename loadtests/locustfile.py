@@ -4,8 +4,8 @@ Users are policies in a rollout: they think a little (generate), then send a too
 mix.py (prints, arithmetic, sympy, numpy, stdin, errors, time-outs, hostile programs), or now and
 then a batch of eight. A call counts as a failure unless its HTTP code is 200 *and* its status
 (and, for `ok`, its stdout) is what that program must get; statistics are grouped by kind
-(`/execute [sympy]`, ...). `SessionUser` (notebook-style cells in a session, then DELETE) runs only
-when named on the command line (`make loadtest LOADTEST_SESSIONS=1`).
+(`/execute [sympy]`, ...). `SessionUser` (one in five users) plays multi-turn episodes:
+notebook-style cells in a session, then DELETE (`make loadtest LOADTEST_SESSIONS=` leaves it out).
 
     make loadtest                       # headless, bounded, against a private local service
     locust -f loadtests/locustfile.py --host http://127.0.0.1:8000   # web UI, your service
@@ -52,6 +52,8 @@ def _check_response(response: Any, programs: list[Program]) -> None:
 class ToolCallUser(FastHttpUser):
     """A policy sending single tool calls (10 in 11) and batches of eight (1 in 11)."""
 
+    weight = 4
+
     wait_time = between(0.05, 0.5)
     """The model generating its next call."""
 
@@ -79,10 +81,9 @@ class ToolCallUser(FastHttpUser):
 
 
 class SessionUser(FastHttpUser):
-    """A policy in a multi-turn episode: cells of one session that build on each other.
+    """A policy in a multi-turn episode: cells of one session that build on each other."""
 
-    Not run unless named on the command line (sessions came after this file; see the Makefile).
-    """
+    weight = 1
 
     wait_time = between(0.1, 0.5)
 

@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=40)
     parser.add_argument("--spawn-rate", type=float, default=10.0)
     parser.add_argument("--run-time", default="60s", help="Locust's --run-time (bounded)")
-    parser.add_argument("--sessions", action="store_true", help="also run SessionUser")
+    parser.add_argument("--no-sessions", action="store_true", help="leave SessionUser out")
     parser.add_argument("--url", default=None, help="a running service on loopback instead")
     parser.add_argument("--workers", type=int, default=None, help="workers of the private stack")
     parser.add_argument("--out", default="reports/loadtest")
@@ -48,7 +48,7 @@ def main() -> int:
         port = procs.free_port()
         url = f"http://127.0.0.1:{port}"
         stack = start_private_stack(port, args.workers)
-    users = ["ToolCallUser"] + (["SessionUser"] if args.sessions else [])
+    users = ["ToolCallUser"] + ([] if args.no_sessions else ["SessionUser"])
     argv = [
         sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), *users,
         "--headless", "--host", url, "--users", str(args.users),

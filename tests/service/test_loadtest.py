@@ -41,8 +41,8 @@ def test_locust_runs_the_locustfile_headless_with_no_failed_check(
 ) -> None:
     argv = [
         sys.executable, "-m", "locust", "-f", str(ROOT / "loadtests" / "locustfile.py"),
-        "ToolCallUser", "--headless", "--host", stack.url, "--users", "3",
-        "--spawn-rate", "3", "--run-time", "4s", "--stop-timeout", "20",
+        "ToolCallUser", "SessionUser", "--headless", "--host", stack.url, "--users", "5",
+        "--spawn-rate", "5", "--run-time", "4s", "--stop-timeout", "20",
         "--csv", str(tmp_path / "locust"), "--only-summary", "--loglevel", "WARNING",
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
