@@ -64,6 +64,9 @@ class BenchOptions:
     """Worker processes of the private stack (default: one per core)."""
     timeout_s: float = 10.0
     """Program time limit sent with every call."""
+    batch: int = 1
+    """Calls per HTTP request: 1 posts /execute, more post /execute/batch (as trainer_client's
+    micro-batching does); latencies are then those of whole batches."""
     progress: bool = True
 
 
@@ -75,7 +78,10 @@ class Point:
     """`service` or `baseline` (fresh `python -c` per call, no jail)."""
     workload: str
     concurrency: int
+    batch: int = 1
+    """Calls per request."""
     latencies_s: list[float] = field(default_factory=list)
+    """One per request."""
     failed: int = 0
     first_failure: str = ""
     elapsed_s: float = 0.0
@@ -91,14 +97,16 @@ class Point:
     def row(self) -> dict[str, Any]:
         """The JSON-ready summary of this point."""
         lat = sorted(self.latencies_s)
+        calls = len(lat) * self.batch
         return {
             "target": self.target,
             "workload": self.workload,
             "concurrency": self.concurrency,
-            "calls": len(lat),
+            "batch": self.batch,
+            "calls": calls,
             "failed": self.failed,
             "first_failure": self.first_failure,
-            "calls_per_s": round(len(lat) / self.elapsed_s, 2) if self.elapsed_s else 0.0,
+            "calls_per_s": round(calls / self.elapsed_s, 2) if self.elapsed_s else 0.0,
             "p50_ms": round(_percentile(lat, 0.50) * 1000, 2),
             "p99_ms": round(_percentile(lat, 0.99) * 1000, 2),
             "mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else float("nan"),
@@ -121,14 +129,14 @@ class Caller:
         self._deadline = time.monotonic() + point_s
         self._next = 0
 
-    def take(self, first: bool) -> int | None:
-        """The index of the next call, or None when the point is over (a caller's first call
-        always runs, so that every caller is in flight at once)."""
+    def take(self, first: bool, count: int = 1) -> int | None:
+        """The index of the next call (of `count` consecutive ones), or None when the point is
+        over (a caller's first request always runs, so that every caller is in flight at once)."""
         if self._remaining <= 0 or (not first and time.monotonic() > self._deadline):
             return None
-        self._remaining -= 1
-        self._next += 1
-        return self._next - 1
+        self._remaining -= count
+        self._next += count
+        return self._next - count
 
 
 async def service_point(
@@ -141,29 +149,46 @@ async def service_point(
     timeout_s: float,
 ) -> None:
     """Measure one closed-loop point against the service into `point`."""
-    loop = Caller(max(point.concurrency, max_calls), point_s)
+    batch = point.batch
+    loop = Caller(max(point.concurrency * batch, max_calls), point_s)
+    path = "/execute" if batch == 1 else "/execute/batch"
+
+    def body(first_index: int) -> bytes:
+        requests = [
+            {"code": workload.code(i), "timeout": timeout_s}
+            for i in range(first_index, first_index + batch)
+        ]
+        return json.dumps(requests[0] if batch == 1 else {"requests": requests}).encode()
+
+    def check(first_index: int, status: int, raw: bytes) -> None:
+        if status != 200:
+            for _ in range(batch):
+                point.fail(f"HTTP {status}: {raw[:200]!r}")
+            return
+        answer = json.loads(raw)
+        results = [answer] if batch == 1 else answer["results"]
+        for i, result in zip(range(first_index, first_index + batch), results, strict=True):
+            problem = workload.check(i, result)
+            if problem is not None:
+                point.fail(problem)
 
     async def caller() -> None:
         conn = Connection(host, port)
         first = True
         try:
-            while (i := loop.take(first)) is not None:
+            while (i := loop.take(first, batch)) is not None:
                 first = False
-                body = json.dumps({"code": workload.code(i), "timeout": timeout_s}).encode()
+                data = body(i)
                 started = time.perf_counter()
                 try:
-                    status, raw = await conn.request("POST", "/execute", body)
+                    status, raw = await conn.request("POST", path, data)
                 except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     point.latencies_s.append(time.perf_counter() - started)
-                    point.fail(f"connection: {exc!r}")
+                    for _ in range(batch):
+                        point.fail(f"connection: {exc!r}")
                     continue
                 point.latencies_s.append(time.perf_counter() - started)
-                if status != 200:
-                    point.fail(f"HTTP {status}: {raw[:200]!r}")
-                    continue
-                problem = workload.check(i, json.loads(raw))
-                if problem is not None:
-                    point.fail(problem)
+                check(i, status, raw)
         finally:
             conn.close()
 
@@ -219,7 +244,7 @@ async def measure(
             service_point(warmup, host, port, workload, 0.0, 0, options.timeout_s),
         )
         for concurrency in options.concurrency:
-            point = Point("service", name, concurrency)
+            point = Point("service", name, concurrency, options.batch)
             if sampler is not None:
                 sampler.start()
             await progress.track(
@@ -236,7 +261,8 @@ async def measure(
                 ),
             )
             if sampler is not None:
-                point.cpu_ms_per_call, point.rss_mb = await sampler.stop(len(point.latencies_s))
+                calls = len(point.latencies_s) * point.batch
+                point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
             points.append(_stamped(point))
         if options.baseline:
             for concurrency in sorted({1, cores}):
@@ -344,6 +370,7 @@ def bench_command(args: Any) -> int:
         baseline=not args.no_baseline,
         url=args.url,
         workers=args.workers,
+        batch=args.batch,
         progress=not args.no_progress,
     )
     out_dir = Path(args.out)

@@ -115,7 +115,7 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
 
 def table(report: Row) -> str:
     """The report as Markdown: one row per point, then the ratios."""
-    cols = ["target", "workload", "concurrency", "calls", "failed", "calls_per_s"]
+    cols = ["target", "workload", "concurrency", "batch", "calls", "failed", "calls_per_s"]
     cols += ["p50_ms", "p99_ms", "load_avg_1m"]
     lines = [
         f"cores {report['cores']}, load average before {report['load_avg_before']}, "

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64, 256, 1024])
     bench.add_argument("--point-s", type=float, default=8.0, help="seconds of calls per point")
     bench.add_argument("--max-calls", type=int, default=20000, help="most calls per point")
+    bench.add_argument(
+        "--batch", type=int, default=1, help="calls per request (>1: /execute/batch)"
+    )
     bench.add_argument("--no-baseline", action="store_true", help="skip fresh `python -c`")
     bench.add_argument("--workers", type=int, default=None, help="workers of the private stack")
     bench.add_argument("--out", default="reports/bench", help="directory of the report and plot")

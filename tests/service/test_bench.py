@@ -50,6 +50,22 @@ def test_a_tiny_sweep_answers_every_call_right_and_reports_ratios(
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_batched_sweep_counts_calls_not_requests(stack: Stack, tmp_path: Path) -> None:
+    options = BenchOptions(
+        workloads=("print",),
+        concurrency=(2,),
+        point_s=0.2,
+        max_calls=8,
+        batch=4,
+        baseline=False,
+        url=stack.url,
+        progress=False,
+    )
+    (point,) = run_bench(options, tmp_path)["points"]
+    assert (point["batch"], point["failed"], point["first_failure"]) == (4, 0, "")
+    assert point["calls"] >= 8 and point["calls"] % 4 == 0
+
+
 def test_every_workload_checks_its_own_answer() -> None:
     for workload in WORKLOADS.values():
         right = {"status": "ok", "stdout": workload.expected_stdout(7), "stdout_truncated": False}
