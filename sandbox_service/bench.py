@@ -17,18 +17,17 @@ import asyncio
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbox_service import procs
-from sandbox_service.bench_http import Connection, loopback_target
+from sandbox_service.bench_http import loopback_target
+from sandbox_service.bench_points import Point, baseline_point, service_point
 from sandbox_service.bench_procs import StackSampler
 from sandbox_service.bench_report import Progress, plot, ratios, table
 from sandbox_service.bench_workloads import WORKLOADS, Workload
@@ -59,6 +58,11 @@ class BenchOptions:
     """Upper bound of the calls of one point."""
     baseline: bool = True
     baseline_point_s: float = 6.0
+    ratio_rounds: int = 3
+    """After each workload's sweep: rounds of (service at its best concurrency, then the
+    baseline at the core count), alternating, so that a ratio compares like with like on a
+    machine whose load drifts; the median round is reported."""
+    round_s: float = 4.0
     url: str | None = None
     workers: int | None = None
     """Worker processes of the private stack (default: one per core)."""
@@ -68,164 +72,6 @@ class BenchOptions:
     """Calls per HTTP request: 1 posts /execute, more post /execute/batch (as trainer_client's
     micro-batching does); latencies are then those of whole batches."""
     progress: bool = True
-
-
-@dataclass(slots=True)
-class Point:
-    """One measured (target, workload, concurrency)."""
-
-    target: str
-    """`service` or `baseline` (fresh `python -c` per call, no jail)."""
-    workload: str
-    concurrency: int
-    batch: int = 1
-    """Calls per request."""
-    latencies_s: list[float] = field(default_factory=list)
-    """One per request."""
-    failed: int = 0
-    first_failure: str = ""
-    elapsed_s: float = 0.0
-    load_avg_1m: float = 0.0
-    cpu_ms_per_call: dict[str, float] = field(default_factory=dict)
-    rss_mb: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def fail(self, why: str) -> None:
-        """Count a failed call, keeping the first reason."""
-        self.failed += 1
-        self.first_failure = self.first_failure or why
-
-    def row(self) -> dict[str, Any]:
-        """The JSON-ready summary of this point."""
-        lat = sorted(self.latencies_s)
-        calls = len(lat) * self.batch
-        return {
-            "target": self.target,
-            "workload": self.workload,
-            "concurrency": self.concurrency,
-            "batch": self.batch,
-            "calls": calls,
-            "failed": self.failed,
-            "first_failure": self.first_failure,
-            "calls_per_s": round(calls / self.elapsed_s, 2) if self.elapsed_s else 0.0,
-            "p50_ms": round(_percentile(lat, 0.50) * 1000, 2),
-            "p99_ms": round(_percentile(lat, 0.99) * 1000, 2),
-            "mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else float("nan"),
-            "elapsed_s": round(self.elapsed_s, 2),
-            "load_avg_1m": self.load_avg_1m,
-            "cpu_ms_per_call": self.cpu_ms_per_call,
-            "rss_mb": self.rss_mb,
-        }
-
-
-def _percentile(ordered: Sequence[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-class Caller:
-    """The closed loop of a point: callers take call indices until the point's time is up."""
-
-    def __init__(self, max_calls: int, point_s: float) -> None:
-        self._remaining = max_calls
-        self._deadline = time.monotonic() + point_s
-        self._next = 0
-
-    def take(self, first: bool, count: int = 1) -> int | None:
-        """The index of the next call (of `count` consecutive ones), or None when the point is
-        over (a caller's first request always runs, so that every caller is in flight at once)."""
-        if self._remaining <= 0 or (not first and time.monotonic() > self._deadline):
-            return None
-        self._remaining -= count
-        self._next += count
-        return self._next - count
-
-
-async def service_point(
-    point: Point,
-    host: str,
-    port: int,
-    workload: Workload,
-    point_s: float,
-    max_calls: int,
-    timeout_s: float,
-) -> None:
-    """Measure one closed-loop point against the service into `point`."""
-    batch = point.batch
-    loop = Caller(max(point.concurrency * batch, max_calls), point_s)
-    path = "/execute" if batch == 1 else "/execute/batch"
-
-    def body(first_index: int) -> bytes:
-        requests = [
-            {"code": workload.code(i), "timeout": timeout_s}
-            for i in range(first_index, first_index + batch)
-        ]
-        return json.dumps(requests[0] if batch == 1 else {"requests": requests}).encode()
-
-    def check(first_index: int, status: int, raw: bytes) -> None:
-        if status != 200:
-            for _ in range(batch):
-                point.fail(f"HTTP {status}: {raw[:200]!r}")
-            return
-        answer = json.loads(raw)
-        results = [answer] if batch == 1 else answer["results"]
-        for i, result in zip(range(first_index, first_index + batch), results, strict=True):
-            problem = workload.check(i, result)
-            if problem is not None:
-                point.fail(problem)
-
-    async def caller() -> None:
-        conn = Connection(host, port)
-        first = True
-        try:
-            while (i := loop.take(first, batch)) is not None:
-                first = False
-                data = body(i)
-                started = time.perf_counter()
-                try:
-                    status, raw = await conn.request("POST", path, data)
-                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-                    point.latencies_s.append(time.perf_counter() - started)
-                    for _ in range(batch):
-                        point.fail(f"connection: {exc!r}")
-                    continue
-                point.latencies_s.append(time.perf_counter() - started)
-                check(i, status, raw)
-        finally:
-            conn.close()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(point.concurrency)))
-    point.elapsed_s = time.perf_counter() - started
-
-
-async def baseline_point(point: Point, workload: Workload, point_s: float) -> None:
-    """Measure one closed-loop point of fresh `python -c CODE` processes (no jail) into `point`."""
-    loop = Caller(10**6, point_s)
-
-    async def caller() -> None:
-        first = True
-        while (i := loop.take(first)) is not None:
-            first = False
-            started = time.perf_counter()
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", workload.code(i),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            out, err = await proc.communicate()
-            point.latencies_s.append(time.perf_counter() - started)
-            result = {
-                "status": "ok" if proc.returncode == 0 else "error",
-                "exit_code": proc.returncode,
-                "stdout": out.decode(errors="replace"),
-                "stdout_truncated": False,
-                "stderr": err.decode(errors="replace"),
-            }
-            problem = workload.check(i, result)
-            if problem is not None:
-                point.fail(problem)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(point.concurrency)))
-    point.elapsed_s = time.perf_counter() - started
 
 
 async def measure(
@@ -273,7 +119,50 @@ async def measure(
                     baseline_point(point, workload, options.baseline_point_s),
                 )
                 points.append(_stamped(point))
+            points += await _ratio_rounds(host, port, workload, points, options, progress)
     return points
+
+
+async def _ratio_rounds(
+    host: str,
+    port: int,
+    workload: Workload,
+    points: list[Point],
+    options: BenchOptions,
+    progress: Progress,
+) -> list[Point]:
+    """Alternating rounds of the service at its best concurrency and the baseline at the core
+    count (see BenchOptions.ratio_rounds)."""
+    sweep = [p for p in points if p.target == "service" and p.workload == workload.name]
+    if not sweep or options.ratio_rounds <= 0:
+        return []
+    best = max(sweep, key=lambda p: len(p.latencies_s) / max(p.elapsed_s, 1e-9)).concurrency
+    cores = os.cpu_count() or 1
+    rounds: list[Point] = []
+    for r in range(options.ratio_rounds):
+        service = Point("service round", workload.name, best, options.batch)
+        await progress.track(
+            f"round {r + 1} service {workload.name} c={best}",
+            service,
+            service_point(
+                service,
+                host,
+                port,
+                workload,
+                options.round_s,
+                options.max_calls,
+                options.timeout_s,
+            ),
+        )
+        rounds.append(_stamped(service))
+        baseline = Point("baseline round", workload.name, cores)
+        await progress.track(
+            f"round {r + 1} python -c {workload.name} c={cores}",
+            baseline,
+            baseline_point(baseline, workload, options.round_s),
+        )
+        rounds.append(_stamped(baseline))
+    return rounds
 
 
 def _stamped(point: Point) -> Point:
@@ -292,6 +181,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     total = len(options.workloads) * (1 + len(options.concurrency))
     if options.baseline:
         total += len(options.workloads) * len({1, os.cpu_count() or 1})
+        total += len(options.workloads) * 2 * options.ratio_rounds
     progress = Progress(total, enabled=options.progress)
     load_before = os.getloadavg()
     started = time.time()
@@ -368,6 +258,7 @@ def bench_command(args: Any) -> int:
         point_s=args.point_s,
         max_calls=args.max_calls,
         baseline=not args.no_baseline,
+        ratio_rounds=args.ratio_rounds,
         url=args.url,
         workers=args.workers,
         batch=args.batch,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Sequence
@@ -90,8 +91,15 @@ def _at(rows: Sequence[Row], target: str, workload: str, concurrency: int) -> Ro
 
 
 def ratios(rows: Sequence[Row]) -> list[Row]:
-    """Per workload: best service throughput over best baseline throughput, and the p50 of one
-    call at concurrency 1 (baseline over service), both measured in the same run."""
+    """Per workload, service against baseline, all measured in the same run:
+
+    - `throughput_ratio`: best service throughput of the sweep over the best baseline;
+    - `interleaved_ratio_median`: the median over alternating rounds (service at its best
+      concurrency, then the baseline), robust to a machine whose load drifts during the run;
+    - `cpu_ratio`: CPU per call of the baseline over that of the service (all its processes and
+      the load generator), which other load on the machine barely moves;
+    - `p50_speedup_c1`: the p50 of one call at concurrency 1, baseline over service.
+    """
     out: list[Row] = []
     for workload in dict.fromkeys(r["workload"] for r in rows):
         service, baseline = _best(rows, "service", workload), _best(rows, "baseline", workload)
@@ -104,6 +112,20 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
             "baseline_best_calls_per_s": baseline["calls_per_s"],
             "throughput_ratio": round(service["calls_per_s"] / baseline["calls_per_s"], 2),
         }
+        pairs = zip(
+            [r for r in rows if (r["target"], r["workload"]) == ("service round", workload)],
+            [r for r in rows if (r["target"], r["workload"]) == ("baseline round", workload)],
+            strict=True,
+        )
+        per_round = [s["calls_per_s"] / b["calls_per_s"] for s, b in pairs if b["calls_per_s"]]
+        if per_round:
+            entry["interleaved_ratios"] = [round(x, 2) for x in per_round]
+            entry["interleaved_ratio_median"] = round(statistics.median(per_round), 2)
+        s_cpu, b_cpu = _cpu_per_call(service), _cpu_per_call(baseline)
+        if s_cpu and b_cpu:
+            entry["service_cpu_ms_per_call"] = round(s_cpu, 2)
+            entry["baseline_cpu_ms_per_call"] = round(b_cpu, 2)
+            entry["cpu_ratio"] = round(b_cpu / s_cpu, 2)
         s1, b1 = _at(rows, "service", workload, 1), _at(rows, "baseline", workload, 1)
         if s1 is not None and b1 is not None and s1["p50_ms"]:
             entry["service_p50_ms_c1"] = s1["p50_ms"]
@@ -111,6 +133,13 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
             entry["p50_speedup_c1"] = round(b1["p50_ms"] / s1["p50_ms"], 2)
         out.append(entry)
     return out
+
+
+def _cpu_per_call(row: Row) -> float | None:
+    cpu = row.get("cpu_ms_per_call") or {}
+    if "total" not in cpu:
+        return None
+    return float(cpu["total"]) + float(cpu.get("bench", 0.0))
 
 
 def table(report: Row) -> str:
@@ -130,22 +159,33 @@ def table(report: Row) -> str:
         cpu = r.get("cpu_ms_per_call") or {}
         parts = ("api", "workers", "jail", "redis")
         cpu_text = "/".join(f"{cpu[k]:.2f}" if k in cpu else "-" for k in parts) if cpu else ""
+        if "python -c" in cpu:
+            cpu_text = f"python -c {cpu['python -c']:.2f}"
         rss = (r.get("rss_mb") or {}).get("api")
         rss_text = f"{rss['start']:.0f}/{rss['max']:.0f}/{rss['end']:.0f}" if rss else ""
         cells = [str(r[c]) for c in cols] + [cpu_text, rss_text]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "| workload | service best/s | baseline best/s | throughput ratio"
+        "| workload | service best/s | baseline best/s | throughput ratio (sweep)"
+        " | interleaved rounds | CPU ms/call service / baseline (ratio)"
         " | p50 c=1 service ms | p50 c=1 baseline ms |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for q in report["ratios"]:
+        rounds = ", ".join(f"{x}x" for x in q.get("interleaved_ratios", []))
+        median = q.get("interleaved_ratio_median")
+        rounds_text = f"median {median}x ({rounds})" if median is not None else ""
+        cpu_text = (
+            f"{q['service_cpu_ms_per_call']} / {q['baseline_cpu_ms_per_call']} ({q['cpu_ratio']}x)"
+            if "cpu_ratio" in q
+            else ""
+        )
         lines.append(
             f"| {q['workload']} | {q['service_best_calls_per_s']} "
             f"(c={q['service_best_at_concurrency']}) | {q['baseline_best_calls_per_s']} | "
-            f"{q['throughput_ratio']}x | {q.get('service_p50_ms_c1', '')} | "
-            f"{q.get('baseline_p50_ms_c1', '')} |"
+            f"{q['throughput_ratio']}x | {rounds_text} | {cpu_text} | "
+            f"{q.get('service_p50_ms_c1', '')} | {q.get('baseline_p50_ms_c1', '')} |"
         )
     failures = [r for r in report["points"] if r["failed"]]
     for r in failures:

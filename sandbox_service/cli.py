@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch", type=int, default=1, help="calls per request (>1: /execute/batch)"
     )
     bench.add_argument("--no-baseline", action="store_true", help="skip fresh `python -c`")
+    bench.add_argument(
+        "--ratio-rounds", type=int, default=3, help="alternating service/baseline rounds"
+    )
     bench.add_argument("--workers", type=int, default=None, help="workers of the private stack")
     bench.add_argument("--out", default="reports/bench", help="directory of the report and plot")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -22,6 +22,8 @@ def test_a_tiny_sweep_answers_every_call_right_and_reports_ratios(
         point_s=0.3,
         max_calls=6,
         baseline_point_s=0.1,
+        ratio_rounds=1,
+        round_s=0.1,
         url=stack.url,
         progress=False,
     )
@@ -30,6 +32,11 @@ def test_a_tiny_sweep_answers_every_call_right_and_reports_ratios(
     points = report["points"]
     service = [p for p in points if p["target"] == "service"]
     baseline = [p for p in points if p["target"] == "baseline"]
+    rounds = [(p["target"], p["workload"]) for p in points if p["target"].endswith("round")]
+    assert rounds == [
+        ("service round", "print"), ("baseline round", "print"),
+        ("service round", "flood"), ("baseline round", "flood"),
+    ]  # fmt: skip
     assert [(p["workload"], p["concurrency"]) for p in service] == [
         ("print", 1), ("print", 3), ("flood", 1), ("flood", 3)
     ]  # fmt: skip
@@ -41,7 +48,10 @@ def test_a_tiny_sweep_answers_every_call_right_and_reports_ratios(
         assert set(p["cpu_ms_per_call"]) >= {"api", "bench", "total"}
         assert set(p["rss_mb"]["api"]) == {"start", "max", "end"}
     assert {r["workload"] for r in report["ratios"]} == {"print", "flood"}
-    assert all(r["throughput_ratio"] > 0 for r in report["ratios"])
+    for ratio in report["ratios"]:
+        assert ratio["throughput_ratio"] > 0 and ratio["cpu_ratio"] > 0
+        assert len(ratio["interleaved_ratios"]) == 1 and ratio["interleaved_ratio_median"] > 0
+    assert all(p["cpu_ms_per_call"]["python -c"] > 0 for p in baseline)
 
     assert json.loads((tmp_path / "bench.json").read_text()) == {
         k: v for k, v in report.items() if k != "plot"
