@@ -147,14 +147,23 @@ def patch_worker() -> None:
 
 SEGMENTS = [
     ("client -> API (HTTP in)", "client_send", "api_in"),
-    ("API: parse, validate, admission hand-off", "api_in", "admit_start"),
-    ("API: admission (LLEN + MULTI enqueue)", "admit_start", "admit_end"),
-    ("admission start -> worker's BLMOVE returns", "admit_start", "dequeued"),
-    ("API in -> worker's BLMOVE returns (all of admission)", "api_in", "dequeued"),
-    ("worker: fetch job (HGETALL) + prepare pipeline", "dequeued", "run_start"),
+    ("API: parse, validate, hand to the admission task", "api_in", "admit_start"),
+    ("API: build the admission (RQ job, script arguments)", "admit_start", "admit_end"),
+    (
+        "admission built -> worker has the job (script, wake-up, BLPOP, HGETALL)",
+        "admit_end",
+        "dequeued",
+    ),
+    ("API in -> worker has the job (all of admission)", "api_in", "dequeued"),
+    ("worker: prepare pipeline (job started by this worker)", "dequeued", "run_start"),
     ("worker: payload -> spec", "run_start", "jail_start"),
     ("jail: executor.run (fork, program, teardown, report)", "jail_start", "jail_end"),
     ("worker: result -> wire", "jail_end", "run_end"),
+    (
+        "worker: run returned -> deliver sent (death penalty off, result JSON)",
+        "run_end",
+        "deliver_start",
+    ),
     ("worker: deliver sent -> API listener has the notice", "deliver_start", "notice"),
     ("API: resolve, respond", "notice", "api_out"),
     ("API -> client (HTTP out)", "api_out", "client_recv"),
@@ -223,7 +232,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     from sandbox_service.redis_server import start_redis_server
 
     trace_dir = Path(tempfile.mkdtemp(prefix="rl-sandbox-trace-"))
-    redis_server = start_redis_server()
+    redis_server = start_redis_server(unix_socket=True)  # as `rl-sandbox up` does
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_SANDBOX_")}
     env.update(
         {
