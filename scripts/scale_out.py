@@ -221,6 +221,7 @@ def summarise(rows: list[dict[str, Any]], out: Path) -> str:
         mine = [r for r in rows if (r["workload"], r["concurrency"]) == key]
         ax.plot([r["hosts"] for r in mine], [r["calls_per_s"] for r in mine], "o-",
                 label=f"{key[0]}, c={key[1]}")  # fmt: skip
+    ax.set_xticks(sorted({r["hosts"] for r in rows}))
     ax.set_xlabel("worker hosts (network namespaces, 1 worker each)")
     ax.set_ylabel("calls/s")
     ax.set_title(f"scale-out on one {os.cpu_count()}-core machine", fontsize=10)
