@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -176,6 +177,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
         if name not in WORKLOADS:
             raise SystemExit(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    _raise_open_files(2 * max(options.concurrency) + 256)
     stack = None
     sampler: StackSampler | None = None
     total = len(options.workloads) * (1 + len(options.concurrency))
@@ -220,6 +222,20 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     (out_dir / "bench.md").write_text(table(report) + "\n")
     report["plot"] = str(out_dir / "bench.png") if plot(report, out_dir / "bench.png") else None
     return report
+
+
+def _raise_open_files(needed: int) -> None:
+    # One socket per caller here, one per connection in a private API (which inherits the limit):
+    # a common soft limit of 1,024 would fail a sweep to 1,024 callers.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise SystemExit(
+            f"this concurrency needs about {needed} open files; the limit is {hard}"
+            " (raise it with `ulimit -n`)"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 def start_private_stack(port: int, workers: int | None) -> subprocess.Popen[bytes]:
