@@ -254,7 +254,11 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     load_before = os.getloadavg()
-    rows = run(args)
+    try:
+        rows = run(args)
+    except KeyboardInterrupt:
+        print("interrupted; processes stopped and namespaces removed", file=sys.stderr)
+        return 130
     out = Path(args.out)
     report = {
         "cores": os.cpu_count(),
