@@ -24,7 +24,9 @@ and on Ctrl-C/SIGTERM; namespaces left by a killed run are removed at the next s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import glob
 import json
 import os
 import signal
@@ -65,6 +67,15 @@ def cleanup_namespaces() -> None:
     # Deleting a namespace deletes its end of each veth pair, and with it the peer.
     for ns in our_namespaces():
         subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+
+
+def cleanup_cgroups() -> None:
+    """Remove the hosts' (empty) cgroup parents, under cgroup v1 controllers or v2."""
+    for path in glob.glob("/sys/fs/cgroup/*/rl-sandbox-scale-h*") + glob.glob(
+        "/sys/fs/cgroup/rl-sandbox-scale-h*"
+    ):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 class Cluster:
@@ -194,6 +205,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     finally:
         cluster.stop()
         cleanup_namespaces()
+        cleanup_cgroups()
     return rows
 
 
@@ -247,6 +259,7 @@ def main() -> int:
         raise SystemExit("needs root (network namespaces, jails)")
     cleanup_namespaces()
     if args.cleanup:
+        cleanup_cgroups()
         return 0
 
     def interrupted(signum: int, frame: object) -> None:
