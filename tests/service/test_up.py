@@ -34,6 +34,14 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
     raise AssertionError(f"not ready:\n{tail(log)}")
 
 
+def cmdline(process: psutil.Process) -> list[str]:
+    """The command line, or nothing for a short-lived process already gone or a zombie."""
+    try:
+        return process.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
+
+
 def gone(processes: list[psutil.Process], timeout_s: float = 30) -> list[psutil.Process]:
     _, alive = psutil.wait_procs(processes, timeout=timeout_s)
     return [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
@@ -56,7 +64,7 @@ def test_up_runs_everything_and_leaves_nothing_behind(logs_dir: Path, stop_signa
         result = httpx.post(f"{url}/execute", json={"code": "print(6 * 7)"}, timeout=30).json()
         assert (result["status"], result["stdout"]) == ("ok", "42\n")
         children = descendants(up.pid)
-        names = " ".join(" ".join(p.cmdline()) for p in children)
+        names = " ".join(" ".join(cmdline(p)) for p in children)
         assert "redis-server" in names and " api " in names and " worker" in names
         os.kill(up.pid, stop_signal)
         up.wait(timeout=60)
