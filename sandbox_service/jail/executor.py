@@ -248,3 +248,5 @@ class JailExecutor:
             starting.jail.close()
         for cgroups in self._cgroups:
             cgroups.destroy()
+        with contextlib.suppress(OSError):
+            self._log_path.unlink()  # nsjail's messages; a slot closed in order needs none kept

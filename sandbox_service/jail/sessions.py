@@ -9,6 +9,7 @@ died) is rebuilt by replaying its recorded cells with their output discarded.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -217,3 +218,5 @@ class SessionPool:
             spares, self._spares = self._spares, []
         for spare in spares:
             self._discard(spare)
+        with contextlib.suppress(OSError):
+            self._log_path.unlink()
