@@ -11,7 +11,7 @@ import functools
 import logging
 import re
 
-import sympy  # type: ignore[import-untyped]
+import sympy  # type: ignore[import-untyped,unused-ignore]
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 # Our worker enforces the time limit from outside, so math-verify's signal.alarm is switched off
