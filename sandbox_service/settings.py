@@ -108,10 +108,8 @@ class Settings(BaseSettings):
     """Level of the JSON-lines logs on stderr."""
 
     @model_validator(mode="after")
-    def _deadlines_nest(self) -> Settings:
-        # Timeouts nest: program limit < job timeout < API wait (queue deadline + run) < client.
-        if self.queue_deadline_s <= 0 or self.max_timeout <= 0:
-            raise ValueError("queue_deadline_s and max_timeout must be positive")
+    def _heartbeats_fit(self) -> Settings:
+        # (Timeouts nest by construction: program limit < job_timeout_s < api_wait_s.)
         if self.worker_dead_after_s < 2 * self.worker_heartbeat_s:
             raise ValueError("worker_dead_after_s must be at least twice worker_heartbeat_s")
         return self
