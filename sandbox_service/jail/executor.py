@@ -118,6 +118,12 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
     )
 
 
+def _sandbox_failure(spec: ExecutionSpec, exc: Exception) -> ExecutionResult:
+    return ExecutionResult.failure(
+        Status.SANDBOX_ERROR, f"sandbox failure: {exc}", spec.execution_id
+    )
+
+
 class _StartingJail:
     """A jail being started in a background thread (the next one of a slot)."""
 
@@ -205,16 +211,30 @@ class JailExecutor:
         return self._jail
 
     def run(self, spec: ExecutionSpec) -> ExecutionResult:
-        """Run one execution; a jail failure is a sandbox_error result and a fresh jail."""
+        """Run one execution on a sound jail.
+
+        A jail that fails is replaced, and the execution runs once more on the fresh one when
+        the failure did not already take its time (a jailed program has no effect outside its
+        run, so running it again is safe); a second failure is a sandbox_error result.
+        """
+        try:
+            return self._run_once(spec)
+        except (JailFailure, OSError) as exc:
+            if not getattr(exc, "retryable", True):
+                return _sandbox_failure(spec, exc)
+        try:
+            return self._run_once(spec)
+        except (JailFailure, OSError) as exc:
+            return _sandbox_failure(spec, exc)
+
+    def _run_once(self, spec: ExecutionSpec) -> ExecutionResult:
         try:
             jail = self._take_jail()
             reply = jail.run(spec)
         except (JailFailure, OSError) as exc:
             log.warning("jail failure", extra={"error": str(exc)})
             self._discard_jail(force=True)
-            return ExecutionResult.failure(
-                Status.SANDBOX_ERROR, f"sandbox failure: {exc}", spec.execution_id
-            )
+            raise
         self._after_run(jail)
         return to_result(spec, reply)
 

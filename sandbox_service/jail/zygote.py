@@ -162,7 +162,12 @@ class _RequestArrived(Exception):
     """Raised into an idle-time warm-up when the next request arrives."""
 
 
-def warm_up_while_idle(sock: socket.socket) -> None:
+def host_busy() -> bool:
+    """Whether the host's CPUs are all taken: idle-time work would then slow someone's run."""
+    return os.getloadavg()[0] >= (os.cpu_count() or 1)
+
+
+def warm_up_while_idle(sock: socket.socket) -> bool:
     """In a standby, while no request is waiting: run `exercise` again, until one arrives.
 
     A forked child writes to many pages of the preloaded heap (reference counts, caches), and
@@ -170,30 +175,37 @@ def warm_up_while_idle(sock: socket.socket) -> None:
     that work while the slot is idle takes it off the next execution's path. It never delays
     a request by more than about a millisecond (a timer checks the socket), and it is skipped
     when a request is already there or the host is busy, so it costs no throughput.
+
+    Returns False when a request interrupted it: the exception raised into the libraries may
+    have left a cache or a half-computed assumption behind, so this process must not run a
+    program; the zygote forks a clean standby for the request instead.
     """
     if select.select([sock], [], [], WARM_UP_AFTER_IDLE_S)[0]:
-        return
-    if os.getloadavg()[0] >= (os.cpu_count() or 1):
-        return
+        return True
+    if host_busy():
+        return True
 
-    interrupted: list[bool] = []
+    raised: list[bool] = []
 
     def check(_signum: int, _frame: object) -> None:
-        # Raise once: a tick landing while the timer is being disarmed must not raise again.
-        if not interrupted and select.select([sock], [], [], 0)[0]:
-            interrupted.append(True)
+        # Raise at most once, and never after the warm-up has finished (raised holds False).
+        if not raised and select.select([sock], [], [], 0)[0]:
+            raised.append(True)
             raise _RequestArrived
 
     previous = signal.signal(signal.SIGALRM, check)
-    signal.setitimer(signal.ITIMER_REAL, WARM_UP_CHECK_S, WARM_UP_CHECK_S)
     try:
-        exercise()
+        try:
+            signal.setitimer(signal.ITIMER_REAL, WARM_UP_CHECK_S, WARM_UP_CHECK_S)
+            exercise()
+        finally:
+            # A tick may still raise up to the next line; the outer handler catches it there.
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            raised.append(False)
     except _RequestArrived:
         pass
-    finally:
-        interrupted.append(True)
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, previous)
+    signal.signal(signal.SIGALRM, previous)
+    return raised[0] is False
 
 
 # --- the child: becomes the user's program ---------------------------------------------------
@@ -475,7 +487,9 @@ def standby(sock: socket.socket, forward_fd: int) -> None:
             # The memory limit's OOM killer must pick the program, never the zygote.
             f.write("1000")
         namespace = prepare_child()
-        warm_up_while_idle(sock)
+        if not warm_up_while_idle(sock):
+            _send_line(forward_fd, {"op": "retire"})
+            os._exit(0)
         _reseed_random()
         try:
             request, fds = recv_frame(sock, max_fds=4)
@@ -639,6 +653,10 @@ def serve(sock: socket.socket, once: bool) -> None:
         os.close(forward_w)
         lines = _LineReader(forward_r)
         request = lines.read_line()
+        if request is not None and request["op"] == "retire":
+            lines.close()
+            _kill_everyone_else()
+            continue  # the next standby takes the request the retired one left unread
         if request is None or request["op"] != "run":
             lines.close()
             _kill_everyone_else()

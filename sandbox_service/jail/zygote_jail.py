@@ -33,7 +33,15 @@ DRAIN_SESSION_S = 0.02
 
 
 class JailFailure(RuntimeError):
-    """The jail did not start, or stopped answering: infrastructure, not the program."""
+    """The jail did not start, or stopped answering: infrastructure, not the program.
+
+    retryable: running the execution again on a fresh jail may succeed and costs no more than
+    a start (false when the failure already took the execution's whole time).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +212,10 @@ class ZygoteJail:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if reply is None:
-                    raise JailFailure(f"zygote did not answer within {timeout_s + REPLY_GRACE_S}s")
+                    raise JailFailure(
+                        f"zygote did not answer within {timeout_s + REPLY_GRACE_S}s",
+                        retryable=False,
+                    )
                 break
             events = poller.poll(remaining * 1000)
             for fd, _event in events:
