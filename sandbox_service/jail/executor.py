@@ -172,6 +172,8 @@ class JailExecutor:
         self._log_path = Path(tempfile.gettempdir()) / f"rl-sandbox-jail-{os.getpid()}-{slot}.log"
         self._jail: ZygoteJail | None = None
         self._next: _StartingJail | None = None
+        self.jail_failures = 0
+        """Jails that failed under a run (each was replaced; the run was retried once)."""
         if self.mode == "warm":
             self._jail = self._start_jail()
         else:
@@ -190,7 +192,11 @@ class JailExecutor:
         jail.start()
         log.info(
             "jail started",
-            extra={"mode": self.mode, "seconds": round(time.monotonic() - started, 3)},
+            extra={
+                "mode": self.mode,
+                "seconds": round(time.monotonic() - started, 3),
+                "immortal_objects": jail.immortal_objects,
+            },
         )
         return jail
 
@@ -232,6 +238,7 @@ class JailExecutor:
             jail = self._take_jail()
             reply = jail.run(spec)
         except (JailFailure, OSError) as exc:
+            self.jail_failures += 1
             log.warning("jail failure", extra={"error": str(exc)})
             self._discard_jail(force=True)
             raise

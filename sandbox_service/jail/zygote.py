@@ -8,7 +8,7 @@ Protocol (a Unix stream socket on the descriptor named by --control-fd): each me
 4-byte big-endian length and a JSON body. A `run` request carries four file descriptors
 (code memfd, stdin, stdout and stderr pipe write ends) in SCM_RIGHTS on its first byte.
 
-    zygote -> worker  {"ready": true, "preload_s": float}
+    zygote -> worker  {"ready": true, "preload_s": float, "immortal_objects": int}
     worker -> zygote  {"op": "serve"}      (once the zygote is in the slot's cgroups)
     worker -> zygote  {"op": "run", "limits": {...}, "files": {path: b64}, "fetch": [path]}
     zygote -> worker  {"exit_code", "signal", "timed_out", "wall_time", "cpu_time",
@@ -39,6 +39,7 @@ import sys
 import time
 import traceback
 import types
+from dataclasses import dataclass
 from typing import Any
 
 MAX_FRAME = 64 << 20
@@ -47,6 +48,7 @@ SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
 PR_SET_DUMPABLE = 4
 WARM_UP_AFTER_IDLE_S = 0.002
 WARM_UP_CHECK_S = 0.001
+REAP_DEADLINE_S = 10.0
 _HEADER = struct.Struct(">I")
 
 
@@ -115,6 +117,44 @@ def preload() -> None:
     for name in STDLIB_PRELOAD:
         importlib.import_module(name)
     exercise()
+
+
+# CPython 3.12 never writes the reference count of an "immortal" object (PEP 683): one whose
+# count is this value, as the interpreter's own static objects have.
+_IMMORTAL_REFCOUNT = 0xFFFFFFFF
+
+
+def immortalize_heap() -> int:
+    """Make every object of the preloaded heap immortal; the number of objects changed.
+
+    A forked child that merely uses a preloaded object (a sympy singleton, a cached expression,
+    a numpy ufunc) increments and decrements its reference count, which writes to the page
+    that holds it: a copy-on-write fault, a few microseconds each, thousands per sympy call.
+    Immortal objects are never written for that, and never freed: the zygote keeps its heap for
+    life anyway (gc.freeze), and a child's new objects stay mortal. Done only where the
+    representation is the one known here (64-bit CPython 3.12).
+    """
+    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 12):
+        return 0
+    if sys.maxsize <= 2**32:
+        return 0
+    import gc
+
+    changed = 0
+    seen: set[int] = set()
+    pending: list[Any] = gc.get_objects()
+    while pending:
+        obj = pending.pop()
+        address = id(obj)
+        if address in seen:
+            continue
+        seen.add(address)
+        refcount = ctypes.c_ssize_t.from_address(address)
+        if refcount.value & 0x80000000 == 0:  # not immortal already
+            refcount.value = _IMMORTAL_REFCOUNT
+            changed += 1
+        pending.extend(gc.get_referents(obj))
+    return changed
 
 
 def exercise() -> None:
@@ -474,11 +514,13 @@ def _fetch_files(
     return found, missing, errors
 
 
-def standby(sock: socket.socket, forward_fd: int) -> None:
+def standby(sock: socket.socket, forward_fd: int, go_fd: int) -> None:
     """A pre-forked child: take the next request, tell the zygote, become the program.
 
     Forking ahead of the request takes the fork (copying the page tables of the preloaded heap)
-    off the execution's critical path, and so does prepare_child. Never returns.
+    off the execution's critical path, and so does prepare_child. The request is taken only
+    once the zygote says go on `go_fd`: after the last run's processes are gone and its files
+    wiped. Never returns.
     """
     try:
         # Dumpable again (the zygote is not) so that its /proc files are its own to write.
@@ -487,6 +529,10 @@ def standby(sock: socket.socket, forward_fd: int) -> None:
             # The memory limit's OOM killer must pick the program, never the zygote.
             f.write("1000")
         namespace = prepare_child()
+        go = os.read(go_fd, 1)
+        os.close(go_fd)
+        if not go:  # the zygote is gone
+            os._exit(0)
         if not warm_up_while_idle(sock):
             _send_line(forward_fd, {"op": "retire"})
             os._exit(0)
@@ -642,41 +688,108 @@ def supervise(
     }
 
 
+@dataclass(slots=True)
+class _Standby:
+    """The zygote's handle on a pre-forked standby."""
+
+    pid: int
+    lines: _LineReader
+    go_fd: int
+
+    def release(self) -> None:
+        """Let it take the next request."""
+        os.write(self.go_fd, b"g")
+        os.close(self.go_fd)
+
+
+def _fork_standby(sock: socket.socket) -> _Standby:
+    forward_r, forward_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(forward_r)
+        os.close(go_w)
+        standby(sock, forward_w, go_r)
+    os.close(forward_w)
+    os.close(go_r)
+    return _Standby(pid, _LineReader(forward_r), go_w)
+
+
+def _reap_all_but(keep: int) -> None:
+    """Reap every process of the namespace but this one and `keep`; each has SIGKILL pending.
+
+    Orphans become this process's children as their parents die, so the loop ends once their
+    teardowns are done.
+    """
+    spared = {"1", str(keep)}
+    deadline = time.monotonic() + REAP_DEADLINE_S
+    while any(p.isdigit() and p not in spared for p in os.listdir("/proc")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("processes survived SIGKILL")
+        reaped = 0
+        with contextlib.suppress(ChildProcessError):
+            while os.wait4(-1, os.WNOHANG)[0] > 0:
+                reaped += 1
+        if not reaped:
+            time.sleep(0.0002)
+
+
+def _next_standby(sock: socket.socket) -> _Standby:
+    """After an answer: end the last run's processes, wipe its files, release a new standby.
+
+    The new standby is forked first, so that its fork and preparation overlap the kernel's
+    teardown of the last program's address space. kill(-1) before the fork leaves SIGKILL
+    pending on every other process, and a process with SIGKILL pending neither returns to its
+    program nor forks: nothing of the last run can reach the new standby.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+    try:
+        ahead: _Standby | None = _fork_standby(sock)
+    except OSError:  # EAGAIN: the last run's processes still fill the cgroup's pids limit
+        ahead = None
+    if ahead is None:
+        _kill_everyone_else()
+    else:
+        _reap_all_but(ahead.pid)
+    _wipe_scratch()
+    standby = ahead or _fork_standby(sock)
+    standby.release()
+    return standby
+
+
 def serve(sock: socket.socket, once: bool) -> None:
     """Answer run requests through pre-forked children until told to exit (cold mode: one)."""
+    current = _fork_standby(sock)
+    current.release()
     while True:
-        forward_r, forward_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(forward_r)
-            standby(sock, forward_w)
-        os.close(forward_w)
-        lines = _LineReader(forward_r)
-        request = lines.read_line()
-        if request is not None and request["op"] == "retire":
-            lines.close()
-            _kill_everyone_else()
-            continue  # the next standby takes the request the retired one left unread
-        if request is None or request["op"] != "run":
-            lines.close()
-            _kill_everyone_else()
-            if request is not None and request["op"] == "malformed":
+        request = current.lines.read_line()
+        op = request["op"] if request is not None else None
+        if op != "run":
+            current.lines.close()
+            if op == "retire":  # the next standby takes the request this one left unread
+                current = _next_standby(sock)
+                continue
+            if op == "malformed":
                 send_frame(sock, {"setup_error": "malformed request"})
+                current = _next_standby(sock)
                 continue
             # "exit", the worker gone, or a standby that died unexpectedly: leave, and let the
             # worker's side see the jail end.
+            _kill_everyone_else()
             return
+        assert request is not None
         if request["setup_error"]:
             result = {"setup_error": request["setup_error"]}
         else:
-            result = supervise(pid, request, sock, lines)
-        lines.close()
+            result = supervise(current.pid, request, sock, current.lines)
+        current.lines.close()
         send_frame(sock, result)
-        # After the answer: wait out every process's teardown, then wipe what they wrote.
-        _kill_everyone_else()
-        _wipe_scratch()
         if once:
+            _kill_everyone_else()
+            _wipe_scratch()
             return
+        current = _next_standby(sock)
 
 
 # --- sessions: one persistent interpreter per jail ----------------------------------------------
@@ -840,11 +953,17 @@ def main() -> None:
     control_fd = int(sys.argv[sys.argv.index("--control-fd") + 1])
     sock = socket.socket(fileno=control_fd)
     started = time.monotonic()
+    immortal = 0
     if "--preload" in sys.argv:
         preload()
+        gc.collect()
+        immortal = immortalize_heap()
     gc.collect()
     gc.freeze()  # keep the preloaded heap's pages shared with the children (no gc writes)
-    send_frame(sock, {"ready": True, "preload_s": time.monotonic() - started})
+    send_frame(
+        sock,
+        {"ready": True, "preload_s": time.monotonic() - started, "immortal_objects": immortal},
+    )
     # Fork nothing before the worker has moved this process into the slot's cgroups: a child
     # forked earlier would stay outside the memory and process limits.
     if recv_frame(sock)[0].get("op") != "serve":

@@ -90,6 +90,7 @@ class ZygoteJail:
         self.zygote_pid = 0
         self.runs = 0
         self.preload_s = 0.0
+        self.immortal_objects = 0
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start nsjail and wait for the zygote's `ready`; JailFailure if it does not come."""
@@ -120,6 +121,7 @@ class ZygoteJail:
             self.close()
             raise JailFailure(f"unexpected first message from the zygote: {ready}")
         self.preload_s = float(ready.get("preload_s", 0.0))
+        self.immortal_objects = int(ready.get("immortal_objects", 0))
         self.zygote_pid = _zygote_pid(self._proc.pid)
         self.cgroups.add_process(self.zygote_pid)
         send_frame(ours, {"op": "serve"})

@@ -45,7 +45,12 @@ def run(executor: JailExecutor) -> RunFn:
         spec = ExecutionSpec(
             code=code, stdin=stdin, files=files or {}, fetch_files=fetch_files, limits=limits
         )
-        return executor.run(spec)
+        failures = executor.jail_failures
+        result = executor.run(spec)
+        # The executor retries a run whose jail failed: that must not hide a program that
+        # breaks the jail.
+        assert executor.jail_failures == failures, f"the jail failed under this program: {result}"
+        return result
 
     return _run
 

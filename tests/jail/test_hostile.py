@@ -361,6 +361,22 @@ def test_killing_the_zygote_and_everyone(run: RunFn) -> None:
     assert result.stdout == "nobody else to kill\nalive\n"
 
 
+def test_the_preloaded_heap_is_immortal_and_the_programs_objects_are_not(
+    warm_executor: JailExecutor,
+) -> None:
+    # Immortal preloaded objects spare the children copy-on-write faults (zygote.py).
+    result = warm_executor.run(
+        ExecutionSpec(
+            code=textwrap.dedent("""\
+            import sys, sympy
+            mine = object()
+            print(sys.getrefcount(sympy.solve) == 0xFFFFFFFF, sys.getrefcount(mine))
+            """)
+        )
+    )
+    assert (result.status, result.stdout) == (Status.OK, "True 2\n")
+
+
 def test_zygote_survives_hostile_programs(warm_executor: JailExecutor) -> None:
     before = warm_executor.zygote_pid()
     assert before is not None

@@ -44,18 +44,20 @@ def test_a_deadline_bounds_a_whole_batch(hard_verifier: VerifierPool) -> None:
     assert [v.equal for v in hard_verifier.check_many([("9", "9")])] == [True]
 
 
-def test_a_worker_that_dies_mid_check_is_reported_and_replaced(hard_verifier: VerifierPool) -> None:
-    hard_verifier.check_many([("1", "1")] * 2)  # both workers up
-    pids = hard_verifier.worker_pids()
-    killer = threading.Timer(0.3, lambda: [os.kill(pid, signal.SIGKILL) for pid in pids])
-    killer.start()
-    start = time.monotonic()
-    (verdict,) = hard_verifier.check_many([HANG])
-    killer.join()
-    assert verdict.status == "crashed" and not verdict.equal
-    assert time.monotonic() - start < LIMIT_S  # noticed at once, not at the limit
-    assert [v.equal for v in hard_verifier.check_many([("2", "2"), ("3", "2")])] == [True, False]
-    assert not set(hard_verifier.worker_pids()) & set(pids)
+def test_a_worker_that_dies_mid_check_is_reported_and_replaced() -> None:
+    # A limit far above the kill: a crash must be reported when it happens, not at the limit.
+    with VerifierPool(workers=2, timeout_s=60.0, soft_timeout=False) as pool:
+        pool.check_many([("1", "1")] * 2)  # both workers up
+        pids = pool.worker_pids()
+        killer = threading.Timer(1.0, lambda: [os.kill(pid, signal.SIGKILL) for pid in pids])
+        killer.start()
+        start = time.monotonic()
+        (verdict,) = pool.check_many([HANG])
+        killer.join()
+        assert verdict.status == "crashed" and not verdict.equal
+        assert time.monotonic() - start < 30.0
+        assert [v.equal for v in pool.check_many([("2", "2"), ("3", "2")])] == [True, False]
+        assert not set(pool.worker_pids()) & set(pids)
 
 
 def test_workers_that_do_not_start_in_time_raise() -> None:
