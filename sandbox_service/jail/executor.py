@@ -82,6 +82,7 @@ def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout
         max_open_files=settings.max_open_files,
         preload=mode == "warm",
         once=mode == "cold",
+        idle_warm_up=settings.idle_warm_up if mode == "warm" else "never",
         time_limit_s=0 if mode == "warm" else int(settings.max_timeout) + 30,
     )
 
@@ -174,6 +175,8 @@ class JailExecutor:
         self._next: _StartingJail | None = None
         self.jail_failures = 0
         """Jails that failed under a run (each was replaced; the run was retried once)."""
+        self.warmed_runs = 0
+        """Runs that found a standby warmed up while the slot was idle."""
         if self.mode == "warm":
             self._jail = self._start_jail()
         else:
@@ -242,6 +245,7 @@ class JailExecutor:
             log.warning("jail failure", extra={"error": str(exc)})
             self._discard_jail(force=True)
             raise
+        self.warmed_runs += reply.warmed
         self._after_run(jail)
         return to_result(spec, reply)
 

@@ -76,6 +76,8 @@ class JailLayout:
     """Backstop on the whole jail's life (0: none, for long-lived zygotes)."""
     session: bool = False
     """Session mode: one persistent interpreter runs every cell (notebook semantics)."""
+    idle_warm_up: str = "never"
+    """Warm mode: when to warm a second standby while the slot is idle (auto, always, never)."""
 
 
 def _system_mounts() -> list[MountPt]:
@@ -177,5 +179,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         args.append("--once")
     if layout.session:
         args.append("--session")
+    if layout.idle_warm_up != "never":
+        args += ["--idle-warm-up", layout.idle_warm_up]
     cfg.exec_bin = Exe(path=layout.python, arg=args)
     return cfg

@@ -46,8 +46,7 @@ MAX_FRAME = 64 << 20
 WORK_DIR = "/home/sandbox"
 SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
 PR_SET_DUMPABLE = 4
-WARM_UP_AFTER_IDLE_S = 0.002
-WARM_UP_CHECK_S = 0.001
+WARM_UP_AFTER_IDLE_S = 0.02
 REAP_DEADLINE_S = 10.0
 _HEADER = struct.Struct(">I")
 
@@ -198,54 +197,9 @@ def exercise() -> None:
         pass
 
 
-class _RequestArrived(Exception):
-    """Raised into an idle-time warm-up when the next request arrives."""
-
-
 def host_busy() -> bool:
     """Whether the host's CPUs are all taken: idle-time work would then slow someone's run."""
     return os.getloadavg()[0] >= (os.cpu_count() or 1)
-
-
-def warm_up_while_idle(sock: socket.socket) -> bool:
-    """In a standby, while no request is waiting: run `exercise` again, until one arrives.
-
-    A forked child writes to many pages of the preloaded heap (reference counts, caches), and
-    each first write costs a copy-on-write fault: about half the time of a sympy call. Doing
-    that work while the slot is idle takes it off the next execution's path. It never delays
-    a request by more than about a millisecond (a timer checks the socket), and it is skipped
-    when a request is already there or the host is busy, so it costs no throughput.
-
-    Returns False when a request interrupted it: the exception raised into the libraries may
-    have left a cache or a half-computed assumption behind, so this process must not run a
-    program; the zygote forks a clean standby for the request instead.
-    """
-    if select.select([sock], [], [], WARM_UP_AFTER_IDLE_S)[0]:
-        return True
-    if host_busy():
-        return True
-
-    raised: list[bool] = []
-
-    def check(_signum: int, _frame: object) -> None:
-        # Raise at most once, and never after the warm-up has finished (raised holds False).
-        if not raised and select.select([sock], [], [], 0)[0]:
-            raised.append(True)
-            raise _RequestArrived
-
-    previous = signal.signal(signal.SIGALRM, check)
-    try:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, WARM_UP_CHECK_S, WARM_UP_CHECK_S)
-            exercise()
-        finally:
-            # A tick may still raise up to the next line; the outer handler catches it there.
-            signal.setitimer(signal.ITIMER_REAL, 0, 0)
-            raised.append(False)
-    except _RequestArrived:
-        pass
-    signal.signal(signal.SIGALRM, previous)
-    return raised[0] is False
 
 
 # --- the child: becomes the user's program ---------------------------------------------------
@@ -514,13 +468,13 @@ def _fetch_files(
     return found, missing, errors
 
 
-def standby(sock: socket.socket, forward_fd: int, go_fd: int) -> None:
+def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> None:
     """A pre-forked child: take the next request, tell the zygote, become the program.
 
     Forking ahead of the request takes the fork (copying the page tables of the preloaded heap)
-    off the execution's critical path, and so does prepare_child. The request is taken only
-    once the zygote says go on `go_fd`: after the last run's processes are gone and its files
-    wiped. Never returns.
+    off the execution's critical path, and so does prepare_child. A warming standby also runs
+    `exercise` and reports `warm` (see _choose_standby). The socket is read only once the
+    zygote says go on `go_fd`. Never returns.
     """
     try:
         # Dumpable again (the zygote is not) so that its /proc files are its own to write.
@@ -529,12 +483,12 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int) -> None:
             # The memory limit's OOM killer must pick the program, never the zygote.
             f.write("1000")
         namespace = prepare_child()
+        if warm_up:
+            exercise()
+            _send_line(forward_fd, {"op": "warm"})
         go = os.read(go_fd, 1)
         os.close(go_fd)
         if not go:  # the zygote is gone
-            os._exit(0)
-        if not warm_up_while_idle(sock):
-            _send_line(forward_fd, {"op": "retire"})
             os._exit(0)
         _reseed_random()
         try:
@@ -695,24 +649,67 @@ class _Standby:
     pid: int
     lines: _LineReader
     go_fd: int
+    warmed: bool
 
     def release(self) -> None:
         """Let it take the next request."""
         os.write(self.go_fd, b"g")
         os.close(self.go_fd)
 
+    def discard(self) -> None:
+        """Kill it and wait for its end (it never ran a program)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.lines.close()
+        os.close(self.go_fd)
 
-def _fork_standby(sock: socket.socket) -> _Standby:
+
+def _fork_standby(sock: socket.socket, warm_up: bool = False) -> _Standby:
     forward_r, forward_w = os.pipe()
     go_r, go_w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (forward_r, forward_w, go_r, go_w):
+            os.close(fd)
+        raise
     if pid == 0:
         os.close(forward_r)
         os.close(go_w)
-        standby(sock, forward_w, go_r)
+        standby(sock, forward_w, go_r, warm_up)
     os.close(forward_w)
     os.close(go_r)
-    return _Standby(pid, _LineReader(forward_r), go_w)
+    return _Standby(pid, _LineReader(forward_r), go_w, warmed=warm_up)
+
+
+def _choose_standby(sock: socket.socket, clean: _Standby, idle_warm_up: str) -> _Standby:
+    """Wait for the next request; the standby that is to take it.
+
+    A forked child writes to many pages of the preloaded heap (reference counts, caches), and
+    each first write costs a copy-on-write fault: about half the time of a sympy call. When
+    the slot stays idle, a second standby runs `exercise` to take those faults before the
+    request comes. The clean standby stays ready meanwhile: a request arriving before the
+    warm-up is done goes to it and the warming one is killed, so a warm-up never delays a
+    request by more than that kill, and is never interrupted half-way (which could leave a
+    library's cache half-written in the process that then runs the program). idle_warm_up:
+    "auto" (only while the host's CPUs are not all busy), "always" or "never".
+    """
+    if idle_warm_up == "never" or select.select([sock], [], [], WARM_UP_AFTER_IDLE_S)[0]:
+        return clean
+    if idle_warm_up == "auto" and host_busy():
+        return clean
+    try:
+        warming = _fork_standby(sock, warm_up=True)
+    except OSError:  # the pids limit leaves no room for a second standby
+        return clean
+    ready = select.select([sock.fileno(), warming.lines.fd], [], [])[0]
+    if warming.lines.fd in ready and warming.lines.read_line() == {"op": "warm"}:
+        clean.discard()
+        return warming
+    warming.discard()  # a request came first (or the warm-up failed)
+    return clean
 
 
 def _reap_all_but(keep: int) -> None:
@@ -735,7 +732,7 @@ def _reap_all_but(keep: int) -> None:
 
 
 def _next_standby(sock: socket.socket) -> _Standby:
-    """After an answer: end the last run's processes, wipe its files, release a new standby.
+    """After an answer: end the last run's processes, wipe its files, fork a new standby.
 
     The new standby is forked first, so that its fork and preparation overlap the kernel's
     teardown of the last program's address space. kill(-1) before the fork leaves SIGKILL
@@ -753,23 +750,19 @@ def _next_standby(sock: socket.socket) -> _Standby:
     else:
         _reap_all_but(ahead.pid)
     _wipe_scratch()
-    standby = ahead or _fork_standby(sock)
-    standby.release()
-    return standby
+    return ahead or _fork_standby(sock)
 
 
-def serve(sock: socket.socket, once: bool) -> None:
+def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
     """Answer run requests through pre-forked children until told to exit (cold mode: one)."""
     current = _fork_standby(sock)
-    current.release()
     while True:
+        current = _choose_standby(sock, current, idle_warm_up)
+        current.release()
         request = current.lines.read_line()
         op = request["op"] if request is not None else None
         if op != "run":
             current.lines.close()
-            if op == "retire":  # the next standby takes the request this one left unread
-                current = _next_standby(sock)
-                continue
             if op == "malformed":
                 send_frame(sock, {"setup_error": "malformed request"})
                 current = _next_standby(sock)
@@ -784,6 +777,7 @@ def serve(sock: socket.socket, once: bool) -> None:
         else:
             result = supervise(current.pid, request, sock, current.lines)
         current.lines.close()
+        result["warmed"] = current.warmed
         send_frame(sock, result)
         if once:
             _kill_everyone_else()
@@ -971,7 +965,10 @@ def main() -> None:
     if "--session" in sys.argv:
         serve_session(sock)
     else:
-        serve(sock, once="--once" in sys.argv)
+        idle_warm_up = "never"
+        if "--idle-warm-up" in sys.argv:
+            idle_warm_up = sys.argv[sys.argv.index("--idle-warm-up") + 1]
+        serve(sock, once="--once" in sys.argv, idle_warm_up=idle_warm_up)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ class ZygoteReply:
     setup_error: str | None
     session_alive: bool = False
     """Session mode: the interpreter survived this cell and keeps its state."""
+    warmed: bool = False
+    """The program ran in a standby that had done the idle-time warm-up."""
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -191,6 +193,7 @@ class ZygoteJail:
             files={p: base64.b64decode(c) for p, c in reply.get("files", {}).items()},
             setup_error=None,
             session_alive=bool(reply.get("session_alive", False)),
+            warmed=bool(reply.get("warmed", False)),
         )
 
     def _await_reply(
