@@ -36,13 +36,38 @@ class CgroupUsage:
     oom_killed: bool
 
 
-def _keyed_value(path: Path, key: str) -> int:
+def _keyed_value(text: str, key: str) -> int:
     """The value of `key` in a flat keyed file such as memory.events or memory.oom_control."""
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name == key:
             return int(value)
     return 0
+
+
+class _KernelFile:
+    """A cgroup file read (and written) on every execution: opened once, then pread/pwrite."""
+
+    def __init__(self, path: Path, writable: bool = False) -> None:
+        self.path = path
+        self._flags = os.O_RDWR if writable else os.O_RDONLY
+        self._fd: int | None = None
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, self._flags | os.O_CLOEXEC)
+        return self._fd
+
+    def read(self) -> str:
+        return os.pread(self._descriptor(), 4096, 0).decode()
+
+    def write(self, value: str) -> None:
+        os.pwrite(self._descriptor(), value.encode(), 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def is_v2(root: Path = CGROUP_ROOT) -> bool:
@@ -69,6 +94,15 @@ class SlotCgroups:
             self._memory, self._pids = self.dirs["memory"], self.dirs["pids"]
         self._root = root
         self._whole_life = whole_life
+        if self.v2:
+            self._usage_file = _KernelFile(self._memory / "memory.current")
+            self._oom_file = _KernelFile(self._memory / "memory.events")
+        else:
+            self._usage_file = _KernelFile(self._memory / "memory.usage_in_bytes")
+            self._oom_file = _KernelFile(self._memory / "memory.oom_control")
+            self._max_usage_file = _KernelFile(
+                self._memory / "memory.max_usage_in_bytes", writable=True
+            )
         self._baseline_bytes: int | None = None
         self._limit_bytes = -1
         self._pids_max = -1
@@ -78,13 +112,10 @@ class SlotCgroups:
     # --- files that differ between v1 and v2 ---------------------------------------------------
 
     def _usage_bytes(self) -> int:
-        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
-        return int((self._memory / name).read_text())
+        return int(self._usage_file.read())
 
     def _oom_kills(self) -> int:
-        if self.v2:
-            return _keyed_value(self._memory / "memory.events", "oom_kill")
-        return _keyed_value(self._memory / "memory.oom_control", "oom_kill")
+        return _keyed_value(self._oom_file.read(), "oom_kill")
 
     def create(self) -> None:
         """Create the cgroups (idempotent); CgroupUnavailable with the reason if we cannot."""
@@ -158,7 +189,7 @@ class SlotCgroups:
 
     def _reset_peak(self) -> None:
         if not self.v2:
-            (self._memory / "memory.max_usage_in_bytes").write_text("0")
+            self._max_usage_file.write("0")
             return
         # v2 (Linux >= 6.12): a write to memory.peak resets the peak seen through that same
         # descriptor. Older kernels refuse the write; peak memory is then not reported.
@@ -176,7 +207,7 @@ class SlotCgroups:
 
     def _peak_bytes(self) -> int | None:
         if not self.v2:
-            return int((self._memory / "memory.max_usage_in_bytes").read_text())
+            return int(self._max_usage_file.read())
         if self._peak_fd is None or self._peak_fd < 0:
             return None
         return int(os.pread(self._peak_fd, 64, 0))
@@ -211,6 +242,10 @@ class SlotCgroups:
         if self._peak_fd is not None and self._peak_fd >= 0:
             os.close(self._peak_fd)
         self._peak_fd = None
+        for kernel_file in (self._usage_file, self._oom_file):
+            kernel_file.close()
+        if not self.v2:
+            self._max_usage_file.close()
         for path in self.dirs.values():
             for _ in range(20):
                 try:
