@@ -63,6 +63,21 @@ class ExecutionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedCell:
+    """A session cell as kept for replay: its program and its inputs (limits come from the
+    cell that triggers the replay)."""
+
+    code: str
+    stdin: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: ExecutionSpec) -> RecordedCell:
+        """The record of a cell that ran."""
+        return cls(code=spec.code, stdin=spec.stdin, files=dict(spec.files))
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutionResult:
     """What happened to one execution, in the fields of the API's ExecuteResult."""
 

@@ -19,6 +19,8 @@ a session never expires under a cell that uses it, however small the TTL.
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import random
 import time
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import redis
 
 from sandbox_service import keys
+from sandbox_service.execution import RecordedCell
 from sandbox_service.settings import Settings
 
 # Raise a key's time to live to at least ttl (a key without one gets it; a missing key stays so).
@@ -118,8 +121,21 @@ class SessionState:
 
     n: int
     """Cells recorded; -1: the session does not exist (deleted or expired)."""
-    history: tuple[str, ...] | None
+    history: tuple[RecordedCell, ...] | None
     """The recorded cells, or None when the worker's interpreter is already at `n`."""
+
+
+def encode_cell(cell: RecordedCell) -> bytes:
+    """A recorded cell as stored in the session's list (JSON; files in base64)."""
+    files = {path: base64.b64encode(content).decode() for path, content in cell.files.items()}
+    return json.dumps({"code": cell.code, "stdin": cell.stdin, "files": files}).encode()
+
+
+def decode_cell(stored: bytes) -> RecordedCell:
+    """The inverse of encode_cell."""
+    record = json.loads(stored)
+    files = {path: base64.b64decode(content) for path, content in record["files"].items()}
+    return RecordedCell(code=record["code"], stdin=record["stdin"], files=files)
 
 
 class SessionStore:
@@ -192,13 +208,15 @@ class SessionStore:
         n = int(reply[0])
         if n == seen or n < 0:
             return SessionState(n, None)
-        return SessionState(n, tuple(cell.decode("utf-8", "surrogateescape") for cell in reply[1:]))
+        return SessionState(n, tuple(decode_cell(cell) for cell in reply[1:]))
 
-    def record(self, session_id: str, expected_n: int, worker: str, cell: str | None) -> int:
+    def record(
+        self, session_id: str, expected_n: int, worker: str, cell: RecordedCell | None
+    ) -> int:
         """Append `cell` (None: only keep the session alive); the new n, or -1 if it moved on."""
         args: list[bytes | str | int] = [expected_n, self._ttl_s, worker]
         if cell is not None:
-            args.append(cell.encode("utf-8", "surrogateescape"))
+            args.append(encode_cell(cell))
         return int(self._record(keys=self._keys(session_id), args=args))
 
     def release(self, session_ids: Sequence[str], worker: str) -> None:

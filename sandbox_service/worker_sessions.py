@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import redis
 
-from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.logs import fields
 from sandbox_service.session_store import SessionStore
@@ -81,7 +81,7 @@ class SessionRunner:
             log.info("sessions evicted", extra=fields(sessions=list(outcome.evicted)))
         result = outcome.result
         if outcome.alive:
-            n = self._store.record(session_id, state.n, self._worker, spec.code)
+            n = self._store.record(session_id, state.n, self._worker, RecordedCell.of(spec))
             if n < 0:
                 self._drop(session_id)  # the session was deleted or moved on while the cell ran
             else:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.cgroups import SlotCgroups
 from sandbox_service.jail.executor import make_layout, to_result
 from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail
@@ -145,7 +145,7 @@ class SessionPool:
         return session_id in self._live
 
     def run_cell(
-        self, session_id: str, spec: ExecutionSpec, history: Sequence[str] = ()
+        self, session_id: str, spec: ExecutionSpec, history: Sequence[RecordedCell] = ()
     ) -> CellOutcome:
         """Run one cell of a session, rebuilding the session from `history` if not live here."""
         evicted: list[str] = []
@@ -172,9 +172,14 @@ class SessionPool:
             self.end(session_id, force=True)
         return CellOutcome(to_result(spec, reply), restored, reply.session_alive, tuple(evicted))
 
-    def _replay(self, live: _LiveSession, spec: ExecutionSpec, history: Sequence[str]) -> None:
+    def _replay(
+        self, live: _LiveSession, spec: ExecutionSpec, history: Sequence[RecordedCell]
+    ) -> None:
         for cell in history:
-            reply = live.jail.run(replace(spec, code=cell, stdin="", files={}, fetch_files=()))
+            replayed = replace(
+                spec, code=cell.code, stdin=cell.stdin, files=cell.files, fetch_files=()
+            )
+            reply = live.jail.run(replayed)
             if not reply.session_alive:
                 raise JailFailure("the session's interpreter died while its cells were replayed")
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox_service.execution import ExecutionSpec, Limits, Status
+from sandbox_service.execution import ExecutionSpec, Limits, RecordedCell, Status
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.settings import Settings
 
@@ -61,15 +61,27 @@ def test_sessions_never_see_each_other(pool: SessionPool) -> None:
 
 
 def test_timeout_discards_the_interpreter_and_replay_restores_it(pool: SessionPool) -> None:
-    history = ["counter = 10", "counter += 5"]
-    for code in history:
-        assert pool.run_cell("s-t", cell(code)).alive
+    history = [RecordedCell("counter = 10"), RecordedCell("counter += 5")]
+    for recorded in history:
+        assert pool.run_cell("s-t", cell(recorded.code)).alive
     stuck = pool.run_cell("s-t", cell("while True: pass", timeout_s=1.0))
     assert stuck.result.status == Status.TIMEOUT and not stuck.alive
     assert not pool.is_live("s-t")
     back = pool.run_cell("s-t", cell("print(counter)"), history=history)
     assert back.restored and back.alive
     assert back.result.stdout == "15\n"  # the replayed cells' output is discarded
+
+
+def test_replay_gives_each_cell_its_own_stdin_and_input_files(pool: SessionPool) -> None:
+    history = [
+        RecordedCell("name = input()", stdin="ada\n"),
+        RecordedCell("data = open('in/data.bin', 'rb').read()", files={"in/data.bin": b"\x00\xff"}),
+    ]
+    back = pool.run_cell(
+        "s-in", cell("import os\nprint(name, data, sorted(os.listdir('in')))"), history
+    )
+    assert back.restored, back
+    assert back.result.stdout == "ada b'\\x00\\xff' ['data.bin']\n", back.result
 
 
 def test_crash_discards_the_interpreter(pool: SessionPool) -> None:
@@ -104,7 +116,7 @@ def test_lru_eviction_and_restore(pool: SessionPool) -> None:
     fourth = pool.run_cell("e4", cell("a = 4"))
     assert fourth.evicted == ("e1",)
     assert not pool.is_live("e1")
-    again = pool.run_cell("e1", cell("a"), history=["a = 1"])
+    again = pool.run_cell("e1", cell("a"), history=[RecordedCell("a = 1")])
     assert again.restored and again.result.stdout == "1\n"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import uuid
@@ -172,6 +173,28 @@ async def test_a_session_survives_the_sigkill_of_its_worker(
     result = await cell(small, sid, "secret + 1")
     assert (result["status"], result["stdout"], result["restored"]) == ("ok", "42\n", True)
     assert owner(redis_client, small_stack.queue, sid) != worker
+
+
+async def test_a_restored_session_gets_its_cells_stdin_and_files_again(
+    small: httpx.AsyncClient, small_stack: Stack, redis_client: redis.Redis
+) -> None:
+    await wait_workers(redis_client, small_stack.queue, 2)
+    sid = new_session()
+    await cell(small, sid, "who = input()", stdin="ada\n")
+    await cell(
+        small,
+        sid,
+        "size = len(open('data.csv').read())",
+        files={"data.csv": base64.b64encode(b"a,b\n1,2\n").decode()},
+    )
+    worker = owner(redis_client, small_stack.queue, sid)
+    os.kill(int(worker.rsplit(":", 1)[1]), signal.SIGKILL)
+    result = await cell(small, sid, "who, size")
+    assert (result["status"], result["stdout"], result["restored"]) == (
+        "ok",
+        "('ada', 8)\n",
+        True,
+    ), result
 
 
 async def test_cells_running_and_queued_on_a_killed_worker_run_again_in_order(

@@ -1,0 +1,28 @@
+"""Session cells as stored in Redis for replay: every input survives the round trip."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sandbox_service.execution import ExecutionSpec, RecordedCell
+from sandbox_service.session_store import decode_cell, encode_cell
+
+any_text = st.text(st.characters(codec=None, exclude_categories=()))  # lone surrogates too
+
+
+@given(
+    code=any_text,
+    stdin=any_text,
+    files=st.dictionaries(st.text(min_size=1, max_size=20), st.binary(max_size=64), max_size=3),
+)
+def test_a_cell_survives_encoding(code: str, stdin: str, files: dict[str, bytes]) -> None:
+    cell = RecordedCell(code=code, stdin=stdin, files=files)
+    assert decode_cell(encode_cell(cell)) == cell
+
+
+def test_the_record_of_a_cell_keeps_its_inputs_not_its_limits_or_fetches() -> None:
+    spec = ExecutionSpec(
+        code="x = input()", stdin="7\n", files={"a.txt": b"A"}, fetch_files=("out.txt",)
+    )
+    assert RecordedCell.of(spec) == RecordedCell("x = input()", "7\n", {"a.txt": b"A"})
