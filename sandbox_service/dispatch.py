@@ -13,8 +13,8 @@ path), and the bound is exact across replicas. RQ's enqueue commands are built o
 small round and in a thread for a large one (a 1,024-request batch costs tens of milliseconds).
 
 A round with session cells first routes them (one more round trip): each goes to the own queue of
-its session's owner, claimed in Redis (session_store.py). The bound counts them with the round but
-does not count cells already waiting on workers' own queues (a session runs one cell at a time).
+its session's owner, claimed in Redis (session_store.py). The bound counts the shared queue and
+the workers' own queues together.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ class Dispatcher:
             on_retry=self._count_retry,
         )
         self._admit_script = self.redis.register_script(jobqueue.ADMIT_SCRIPT)
+        self._depth_script = self.redis.register_script(jobqueue.DEPTH_SCRIPT)
         self._to_admit: asyncio.Queue[tuple[list[NewJob], asyncio.Future[bool]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -255,6 +256,7 @@ class Dispatcher:
         return count
 
     async def queue_depth(self) -> int:
-        """Jobs waiting in the queue."""
-        depth: int = await self.redis.llen(keys.rq_queue(self.settings.queue_name))
-        return depth
+        """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""
+        queue = self.settings.queue_name
+        depth = await self._depth_script(keys=[keys.rq_queue(queue), keys.alive(queue)])
+        return int(depth)

@@ -77,8 +77,21 @@ class JobState:
     """The RQ queue name the job was enqueued on."""
 
 
-ADMIT_SCRIPT = """
+# KEYS[1]: the shared queue's list, KEYS[2]: the alive set. A worker's own queue's list is
+# keys.rq_queue(keys.worker_queue(queue, worker)), that is KEYS[1] .. ':w:' .. worker.
+_WAITING = """
 local depth = redis.call('LLEN', KEYS[1])
+for _, worker in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  depth = depth + redis.call('LLEN', KEYS[1] .. ':w:' .. worker)
+end
+"""
+
+DEPTH_SCRIPT = _WAITING + "return depth"
+"""Jobs waiting: in the shared queue and in the own queues of registered workers."""
+
+ADMIT_SCRIPT = (
+    _WAITING
+    + """
 local max_depth = tonumber(ARGV[1])
 local i = 3
 local admitted = {}
@@ -96,8 +109,10 @@ for g = 1, tonumber(ARGV[2]) do
 end
 return admitted
 """
+)
 """Admission in one round trip (KEYS and ARGV from JobQueue.admission): each group is enqueued
-whole if the shared queue stays within its bound, else nothing of it; returns 1 or 0 per group.
+whole if the work waiting stays within its bound, else nothing of it; returns 1 or 0 per group.
+The work waiting is the shared queue plus the own queues (session cells) of registered workers.
 Atomic, so the bound is exact across API replicas too. Like RQ's own MULTI it touches keys it
 does not declare: one Redis (or one shard), as RQ needs anyway."""
 
@@ -174,7 +189,7 @@ class JobQueue:
             for command in commands:
                 argv.append(len(command))
                 argv.extend(command)
-        return [keys.rq_queue(self._name)], argv
+        return [keys.rq_queue(self._name), keys.alive(self._name)], argv
 
     def _enqueue_commands(self, jobs: Sequence[NewJob]) -> list[tuple[Any, ...]]:
         # RQ builds its jobs into a pipeline that is never executed; its commands are taken.

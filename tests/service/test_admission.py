@@ -72,6 +72,42 @@ async def test_over_the_bound_is_429_and_nothing_is_enqueued(
         assert 'rl_sandbox_executions_total{status="queue_timeout"} 2.0' in metrics
 
 
+async def test_session_cells_waiting_on_a_workers_own_queue_count_against_the_bound(
+    workerless: Stack, redis_client: redis.Redis
+) -> None:
+    # A worker that beats but is busy: session cells routed to it wait on its own queue.
+    alive = keys.alive(workerless.queue)
+    redis_client.zadd(alive, {"busy-host:1": time.time() + 3600})
+    own_queue = keys.rq_queue(keys.worker_queue(workerless.queue, "busy-host:1"))
+    try:
+        async with httpx.AsyncClient(base_url=workerless.url, timeout=60) as client:
+            cells = [
+                asyncio.create_task(
+                    client.post("/execute", json={"code": "x = 1", "session_id": f"s-{i}"})
+                )
+                for i in range(2)
+            ]
+            for _ in range(200):
+                if redis_client.llen(own_queue) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert redis_client.llen(own_queue) == 2
+            assert redis_client.llen(keys.rq_queue(workerless.queue)) == 0
+            metrics = (await client.get("/metrics")).text
+            assert "rl_sandbox_queue_depth 2.0" in metrics
+
+            over = await client.post("/execute", json={"code": "print(3)"})
+            assert over.status_code == 429, over.text
+            another_cell = await client.post(
+                "/execute", json={"code": "y = 2", "session_id": "s-new"}
+            )
+            assert another_cell.status_code == 429, another_cell.text
+            for response in await asyncio.gather(*cells):
+                assert response.json()["status"] == "queue_timeout"
+    finally:
+        redis_client.zrem(alive, "busy-host:1")
+
+
 async def test_readyz_without_workers_is_503_with_the_reason(workerless: Stack) -> None:
     async with httpx.AsyncClient(base_url=workerless.url) as client:
         response = await client.get("/readyz")
