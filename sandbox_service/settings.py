@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     """A warm zygote is recycled after this many executions (and after any anomaly)."""
     idle_warm_up: Literal["auto", "always", "never"] = "auto"
     """Warm mode: while a slot is idle, ready a standby that has run typical sympy/numpy work
-    (auto: only while the host's load average is below its CPU count)."""
+    (auto: only while fewer tasks than CPUs are runnable at that instant)."""
     default_max_processes: int = Field(64, ge=1)
     """Processes and threads one execution may have (cgroup pids)."""
     max_file_size_mb: int = Field(64, ge=1)
