@@ -422,6 +422,21 @@ def test_daemons_do_not_outlive_the_call(run: RunFn) -> None:
     assert exists == "False"
 
 
+def test_input_files_are_importable_and_each_run_sees_its_own(run: RunFn) -> None:
+    program = "import helper\nfrom pkg import inner\nprint(helper.VALUE, inner.NAME)"
+    answers = []
+    for value in (1, 2):
+        files = {
+            "helper.py": f"VALUE = {value}".encode(),
+            "pkg/__init__.py": b"",
+            "pkg/inner.py": f"NAME = 'run{value}'".encode(),
+        }
+        result = run(program, files=files)
+        assert result.status == Status.OK, result
+        answers.append(result.stdout)
+    assert answers == ["1 run1\n", "2 run2\n"]
+
+
 def test_nothing_leaks_between_executions(run: RunFn) -> None:
     first = run(
         code("""

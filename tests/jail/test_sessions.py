@@ -84,6 +84,19 @@ def test_replay_gives_each_cell_its_own_stdin_and_input_files(pool: SessionPool)
     assert back.result.stdout == "ada b'\\x00\\xff' ['data.bin']\n", back.result
 
 
+def test_a_module_written_by_one_cell_is_importable_in_the_next(pool: SessionPool) -> None:
+    first = pool.run_cell(
+        "s-mod",
+        cell(
+            "try:\n    import later\nexcept ImportError:\n    print('not yet')\n"
+            "_ = open('later.py', 'w').write('WHEN = 2')"
+        ),
+    )
+    assert first.result.stdout == "not yet\n", first.result
+    second = pool.run_cell("s-mod", cell("import later\nlater.WHEN"))
+    assert second.result.stdout == "2\n", second.result
+
+
 def test_crash_discards_the_interpreter(pool: SessionPool) -> None:
     pool.run_cell("s-crash", cell("v = 1"))
     crash = pool.run_cell("s-crash", cell("import os\nos._exit(3)"))
