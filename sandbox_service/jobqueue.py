@@ -2,14 +2,15 @@
 
 Jobs are ordinary RQ jobs (JSON serializer, never pickle), so `rq info` and RQ's registries see
 them. There is one shared queue, and each worker has its own queue (session cells go to the
-worker that holds the session, see session_store.py); a worker listens on its own queue first.
+worker that holds the session, see session_store.py); a worker serves its own queue and the
+shared one in turn (RQ's round-robin dequeue: after a job from one, the other is tried first).
 RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
 no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So `LeanWorker` keeps RQ's
 loop (blocking dequeue, registration, signals, suspension, maintenance) and replaces the per-job
 bookkeeping with two pipelines:
 
-    BLPOP own, shared (RQ) -> HGETALL job (RQ) -> [prepare: started by <worker>, PERSIST,
-      LREM intermediate (BLMOVE's list, when a worker listens on one queue only)]
+    BLPOP own and shared, in turn (RQ) -> HGETALL job (RQ) -> [prepare: started by <worker>,
+      PERSIST, LREM intermediate (BLMOVE's list, when a worker listens on one queue only)]
       -> handler runs the program -> [deliver, MULTI: SET result, RPUSH notice, DEL job hash]
 
 (RQ dequeues from two queues with BLPOP, not BLMOVE: a worker SIGKILLed in the microseconds
@@ -41,7 +42,7 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException
-from rq.worker import WorkerStatus
+from rq.worker import DequeueStrategy, WorkerStatus
 
 from sandbox_service import keys
 from sandbox_service.execution import Status
@@ -316,7 +317,6 @@ class LeanWorker(SimpleWorker):
         own_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
-        # RQ's default dequeue strategy keeps this order: the own queue is always tried first.
         queues = [own_queue, queue_name] if own_queue else [queue_name]
         super().__init__(queues, serializer=JSONSerializer, **kwargs)
         self._handler = handler
@@ -404,7 +404,7 @@ def work(
 ) -> None:
     """Run the worker loop until SIGTERM/SIGINT; rides out Redis outages with backoff.
 
-    `own_queue`: this worker's own queue (session cells), listened to before the shared one.
+    `own_queue`: this worker's own queue (session cells), served in turn with the shared one.
     """
     backoff_s = 0.5
     while True:
@@ -422,7 +422,13 @@ def work(
         )
         started = time.monotonic()
         try:
-            worker.work(logging_level=None, max_idle_time=None)
+            # Round robin: after a job from one queue the other is tried first, so that neither
+            # session cells nor stateless calls can starve the other on a busy worker.
+            worker.work(
+                logging_level=None,
+                max_idle_time=None,
+                dequeue_strategy=DequeueStrategy.ROUND_ROBIN,
+            )
         except redis.RedisError:
             log.warning("worker %s lost redis", worker_name)
         if worker._shutdown_requested_date is not None:

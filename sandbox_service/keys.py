@@ -11,11 +11,11 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:result:<job_id>` | string, JSON result | workers | API watchdog | `result_ttl_s` |
 | `<queue>:reply:<api_id>` | list of completion notices | workers | its API | `result_ttl_s` |
 | `<queue>:alive` | zset: worker -> last beat (epoch s) | workers, supervisor | API | pruned |
-| `rq:queue:<queue>:w:<worker>` | list: a worker's own queue | API | that worker first | dequeued |
+| `rq:queue:<queue>:w:<worker>` | list: a worker's own queue | API | that worker | dequeued |
 | `<queue>:session:<id>` | hash: `owner` worker, `n` cells | API (claim), owner | both | TTL |
-| `<queue>:cells:<id>` | list: recorded cells (code) | owner worker | restoring worker | TTL |
+| `<queue>:cells:<id>` | list: recorded cells (JSON) | owner worker | restoring worker | TTL |
 
-A worker's own queue holds the cells of the sessions it owns (it listens there before the shared
+A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
 since the session's last use. A session's two keys have different prefixes (not
 `session:<id>:cells`) so that no session id, whatever it contains, names another session's key.

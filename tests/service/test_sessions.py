@@ -245,3 +245,32 @@ async def test_idle_sessions_expire(ttl_stack: Stack, redis_client: redis.Redis)
         fresh = await cell(http, sid, "x")
     assert fresh["status"] == "error" and "NameError" in str(fresh["stderr"])
     assert fresh["restored"] is False
+
+
+async def test_a_busy_worker_serves_its_session_cells_and_the_shared_queue_in_turn(
+    ttl_stack: Stack,
+) -> None:
+    # One worker: three slow cells of its session wait on its own queue when three slow
+    # stateless calls arrive on the shared queue. Serving its own queue first would answer
+    # every cell before any call.
+    sid = new_session()
+    answered: list[str] = []
+    async with httpx.AsyncClient(base_url=ttl_stack.url, timeout=60) as http:
+        await cell(http, sid, "import time")
+
+        async def run(kind: str, body: dict[str, object]) -> None:
+            response = await http.post("/execute", json=body)
+            assert response.status_code == 200 and response.json()["status"] == "ok", response.text
+            answered.append(kind)
+
+        slow = "time.sleep(0.6)"
+        cells = [
+            asyncio.create_task(run("cell", {"code": slow, "session_id": sid})) for _ in range(3)
+        ]
+        await asyncio.sleep(0.3)  # the first cell runs, the other two wait on the own queue
+        calls = [
+            asyncio.create_task(run("call", {"code": f"import time\n{slow}"})) for _ in range(3)
+        ]
+        await asyncio.gather(*cells, *calls)
+    assert sorted(answered) == ["call"] * 3 + ["cell"] * 3
+    assert answered[:2] == ["cell", "call"], answered
