@@ -19,6 +19,8 @@ import psutil
 
 RSS_EVERY_S = 0.1
 """How often the API's RSS is sampled during a point."""
+LISTENER_SCAN_TRIES = 5
+"""Attempts at finding the API process among the machine's sockets."""
 
 
 def _component(proc: psutil.Process) -> str:
@@ -55,11 +57,21 @@ class StackSampler:
 
     @classmethod
     def of_listener(cls, port: int) -> StackSampler | None:
-        """The sampler of the local API process listening on `port` (API only), if visible."""
-        with contextlib.suppress(psutil.Error, OSError):
-            for conn in psutil.net_connections(kind="tcp"):
+        """The sampler of the local API process listening on `port` (API only), if visible.
+
+        The scan of every process's sockets fails when one of them exits meanwhile (on a busy
+        machine, often): it is tried a few times.
+        """
+        for _ in range(LISTENER_SCAN_TRIES):
+            try:
+                connections = psutil.net_connections(kind="tcp")
+            except (psutil.Error, OSError):
+                continue
+            for conn in connections:
                 if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-                    return cls(None, psutil.Process(conn.pid))
+                    with contextlib.suppress(psutil.Error):
+                        return cls(None, psutil.Process(conn.pid))
+            return None
         return None
 
     def refresh(self) -> None:
