@@ -7,6 +7,7 @@ tail is shown when a stack fails to start.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import redis
 
 from sandbox_service.procs import free_port
 
@@ -64,6 +66,15 @@ def stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> 
             process.kill()
             process.wait()
     return process.returncode
+
+
+async def wait_list_length(client: redis.Redis, key: str, length: int) -> None:
+    """Wait (up to 10 s) until the Redis list `key` (a queue) holds `length` items."""
+    for _ in range(200):
+        if client.llen(key) == length:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{key} never held {length} items (holds {client.llen(key)})")
 
 
 def tail(path: Path, lines: int = 40) -> str:

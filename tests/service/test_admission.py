@@ -17,7 +17,7 @@ from sandbox_service.jobs import JobPayload
 from sandbox_service.redis_server import RedisServer
 from sandbox_service.settings import Settings
 from sandbox_service.worker import JobRunner
-from tests.service.stack import Stack, stack_env
+from tests.service.stack import Stack, stack_env, wait_list_length
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +32,6 @@ def workerless(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
     stack.stop()
 
 
-async def wait_depth(client: redis.Redis, queue: str, depth: int) -> None:
-    for _ in range(200):
-        if client.llen(keys.rq_queue(queue)) == depth:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"queue never reached depth {depth}")
-
-
 async def test_over_the_bound_is_429_and_nothing_is_enqueued(
     workerless: Stack, redis_client: redis.Redis
 ) -> None:
@@ -48,7 +40,7 @@ async def test_over_the_bound_is_429_and_nothing_is_enqueued(
             asyncio.create_task(client.post("/execute", json={"code": f"print({i})"}))
             for i in range(2)
         ]
-        await wait_depth(redis_client, workerless.queue, 2)
+        await wait_list_length(redis_client, keys.rq_queue(workerless.queue), 2)
 
         single = await client.post("/execute", json={"code": "print(3)"})
         assert single.status_code == 429
@@ -87,11 +79,7 @@ async def test_session_cells_waiting_on_a_workers_own_queue_count_against_the_bo
                 )
                 for i in range(2)
             ]
-            for _ in range(200):
-                if redis_client.llen(own_queue) == 2:
-                    break
-                await asyncio.sleep(0.05)
-            assert redis_client.llen(own_queue) == 2
+            await wait_list_length(redis_client, own_queue, 2)
             assert redis_client.llen(keys.rq_queue(workerless.queue)) == 0
             metrics = (await client.get("/metrics")).text
             assert "rl_sandbox_queue_depth 2.0" in metrics

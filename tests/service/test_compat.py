@@ -22,7 +22,7 @@ import redis
 from sandbox_service import keys
 from sandbox_service.procs import free_port
 from sandbox_service.redis_server import RedisServer
-from tests.service.stack import Stack, stack_env
+from tests.service.stack import Stack, stack_env, wait_list_length
 
 KEY = "compat-key"
 SUBMISSION_RESULT_FIELDS = [
@@ -377,21 +377,13 @@ def full_api(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
     api.stop()
 
 
-async def wait_depth(client: redis.Redis, queue: str, depth: int) -> None:
-    for _ in range(200):
-        if client.llen(keys.rq_queue(queue)) == depth:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"queue never reached depth {depth}")
-
-
 async def test_overload_and_queue_deadline_in_each_peers_style(
     full_api: Stack, redis_client: redis.Redis
 ) -> None:
     run = {"type": "python", "solution": "print(1)"}
     async with httpx.AsyncClient(base_url=full_api.url, timeout=60) as client:
         waiting = asyncio.create_task(client.post("/run", json=run))
-        await wait_depth(redis_client, full_api.queue, 1)
+        await wait_list_length(redis_client, keys.rq_queue(full_api.queue), 1)
 
         # Queue full: code-judge's queue_timeout (rStar resubmits exactly those), nothing queued.
         single = (await client.post("/run", json=run)).json()
