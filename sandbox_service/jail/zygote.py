@@ -12,7 +12,8 @@ Protocol (a Unix stream socket on the descriptor named by --control-fd): each me
     worker -> zygote  {"op": "serve"}      (once the zygote is in the slot's cgroups)
     worker -> zygote  {"op": "run", "limits": {...}, "files": {path: b64}, "fetch": [path]}
     zygote -> worker  {"exit_code", "signal", "timed_out", "wall_time", "cpu_time",
-                       "files": {path: b64}, "missing": [path], "file_errors": {path: why}}
+                       "files": {path: b64}, "missing": [path], "file_errors": {path: why},
+                       "warmed": bool}      (the standby had done the idle-time warm-up)
     worker -> zygote  {"op": "exit"}
 
 Why PID 1: the kernel ignores SIGKILL sent to a PID namespace's init from inside it, and
