@@ -21,7 +21,6 @@ import resource
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -197,7 +196,10 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
         loopback_target(url)
         sampler = StackSampler.of_listener(loopback_target(url)[1])
     try:
-        wait_ready(url, 120.0, stack)
+        try:
+            procs.wait_ready(url, 120.0, stack)
+        except procs.NotReady as exc:
+            raise SystemExit(str(exc)) from exc
         if sampler is not None:
             sampler.refresh()
         points = asyncio.run(measure(url, options, sampler, progress))
@@ -248,22 +250,6 @@ def start_private_stack(port: int, workers: int | None) -> subprocess.Popen[byte
         argv += ["--workers", str(workers)]
     # Its banner goes nowhere (it would break the progress bar); its logs stay on stderr.
     return procs.spawn(argv, env, stdout=subprocess.DEVNULL)
-
-
-def wait_ready(url: str, timeout_s: float, stack: subprocess.Popen[bytes] | None) -> None:
-    """Wait until GET /readyz answers 200 (SystemExit if the stack dies or time runs out)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if stack is not None and stack.poll() is not None:
-            raise SystemExit(f"the private stack exited with {stack.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} not ready after {timeout_s:.0f} s")
 
 
 def bench_command(args: Any) -> int:

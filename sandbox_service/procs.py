@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 
 _PR_SET_PDEATHSIG = 1
@@ -61,6 +62,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+class NotReady(RuntimeError):
+    """A service that was started did not become ready."""
+
+
+def wait_ready(
+    url: str,
+    timeout_s: float,
+    process: subprocess.Popen[bytes] | None = None,
+    path: str = "/readyz",
+) -> None:
+    """Poll GET url+path until it answers 200; NotReady if `process` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise NotReady(f"{url}: the process exited with {process.returncode} before ready")
+        try:
+            with urllib.request.urlopen(f"{url}{path}", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:  # refused, not ready yet (503 is an HTTPError), timed out
+            pass
+        time.sleep(0.1)
+    raise NotReady(f"{url}{path} did not answer 200 within {timeout_s:.0f} s")
 
 
 def stop_event() -> threading.Event:

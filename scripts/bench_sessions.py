@@ -143,7 +143,7 @@ async def measure(url: str, trajectories: int, concurrent: int) -> list[dict[str
 
 def start_service(workers: int, spares: int) -> tuple[subprocess.Popen[bytes], str]:
     """`rl-sandbox up` on a free port; returns the process and its URL once ready."""
-    from sandbox_service.procs import free_port
+    from sandbox_service.procs import NotReady, free_port, wait_ready
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_SANDBOX_")}
@@ -166,18 +166,12 @@ def start_service(workers: int, spares: int) -> tuple[subprocess.Popen[bytes], s
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("rl-sandbox up did not become ready")
+    try:
+        wait_ready(url, 120, proc)
+    except NotReady:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ import psutil
 import redis
 
 from sandbox_service import jobqueue, keys, procs
-from sandbox_service.bench import start_private_stack, wait_ready
+from sandbox_service.bench import start_private_stack
 from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import JobPayload, encode_result, result_to_wire
 from sandbox_service.redis_server import start_redis_server
@@ -64,7 +64,7 @@ def slot_footprint(workers: int) -> dict[str, Any]:
     port = procs.free_port()
     stack = start_private_stack(port, workers)
     try:
-        wait_ready(f"http://127.0.0.1:{port}", 180, stack)
+        procs.wait_ready(f"http://127.0.0.1:{port}", 180, stack)
         time.sleep(5)
         slots = []
         api_rss = 0.0

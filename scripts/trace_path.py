@@ -231,7 +231,7 @@ def analyse(files: list[Path]) -> dict[str, Any]:
 
 def orchestrate(args: argparse.Namespace) -> int:
     from sandbox_service import procs
-    from sandbox_service.bench import wait_ready
+    from sandbox_service.procs import wait_ready
     from sandbox_service.redis_server import start_redis_server
 
     trace_dir = Path(tempfile.mkdtemp(prefix="rl-sandbox-trace-"))

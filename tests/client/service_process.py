@@ -15,17 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from sandbox_service.procs import NotReady, free_port, wait_ready
 
 READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Service:
@@ -62,18 +54,11 @@ class Service:
             self.process = subprocess.Popen(
                 argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"rl-sandbox up exited early:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"rl-sandbox up not ready after {READY_TIMEOUT_S} s:\n{self.log_tail()}")
+        try:
+            wait_ready(self.url, READY_TIMEOUT_S, self.process)
+        except NotReady as exc:
+            self.stop()
+            raise RuntimeError(f"rl-sandbox up did not start ({exc}):\n{self.log_tail()}") from exc
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
         """Stop it: SIGTERM drains in order; SIGKILL is a crash (its children die with it)."""

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from sandbox_service import procs
 from sandbox_service.procs import free_port
 from tests.service.stack import stack_env, tail
 
@@ -22,16 +22,10 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert process.poll() is None, tail(log)
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"not ready:\n{tail(log)}")
+    try:
+        procs.wait_ready(url, 90, process)
+    except procs.NotReady as exc:
+        raise AssertionError(f"{exc}:\n{tail(log)}") from exc
 
 
 def cmdline(process: psutil.Process) -> list[str]:
