@@ -1,27 +1,37 @@
-"""The cgroups of one executor slot: memory and process limits for each execution.
+"""The cgroups of one executor slot: memory, process and CPU limits for each execution.
 
 The zygote is moved into the slot's cgroup after it has preloaded, so its preloaded pages stay
 charged where they were (charges do not move with a process) and each execution's limit covers
 what that execution allocates: the program, its children, its tmpfs files. The OOM killer of the
 cgroup picks the program, never the zygote: children raise their oom_score_adj to 1000.
 
-Both hierarchies are supported, found at start-up: cgroup v1 (one tree per controller, the
-memory and pids controllers) and cgroup v2 (one tree; `<parent>` must have +memory +pids in its
-cgroup.subtree_control, which deploy/worker-entrypoint.sh sets up in containers).
-Units: the kernel's files take bytes; this module's API takes MiB.
+Both hierarchies are supported, found at start-up: cgroup v1 (one tree per controller: memory,
+pids, and cpu where mounted) and cgroup v2 (one tree; the worker creates `<parent>` and delegates
++memory +pids +cpu to it itself, see cgroup_delegation.py).
+Units: the kernel's files take bytes and microseconds; this module's API takes MiB and cores.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox_service.jail.cgroup_delegation import DelegationError, delegate_parent
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids")
+V1_OPTIONAL = ("cpu",)
+"""Mounted on most v1 hosts; only a CPU limit needs it."""
 MIB = 1024 * 1024
+CPU_PERIOD_US = 100_000
+"""The CFS period of a CPU limit: the kernel's default, short enough that a throttled slot
+waits at most a tenth of a second for its next share."""
+CPU_MIN_QUOTA_US = 1_000
+"""The kernel refuses a quota under 1 ms per period."""
 
 
 class CgroupUnavailable(RuntimeError):
@@ -34,6 +44,27 @@ class CgroupUsage:
 
     peak_memory_mb: float | None
     oom_killed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CpuThrottling:
+    """The CFS bandwidth counters of a slot (cumulative since the cgroup was created)."""
+
+    periods: int
+    """Enforcement periods in which the cgroup had runnable work."""
+    throttled_periods: int
+    """Periods in which it used up its quota and was stopped until the next one."""
+    throttled_us: int
+    """Total time its threads spent stopped."""
+
+
+def cpu_max_line(cores: float | None) -> str:
+    """The cpu.max value (v2) of a limit of `cores` CPUs: "<quota_us> <period_us>" or "max"."""
+    if cores is None:
+        return f"max {CPU_PERIOD_US}"
+    if not (cores > 0 and math.isfinite(cores)):
+        raise ValueError(f"a CPU limit must be positive and finite, got {cores}")
+    return f"{max(CPU_MIN_QUOTA_US, round(cores * CPU_PERIOD_US))} {CPU_PERIOD_US}"
 
 
 def _keyed_value(text: str, key: str) -> int:
@@ -88,10 +119,13 @@ class SlotCgroups:
         self.v2 = is_v2(root)
         if self.v2:
             self.dirs = {"unified": root / parent / name}
-            self._memory = self._pids = self.dirs["unified"]
+            self._memory = self._pids = self._cpu = self.dirs["unified"]
         else:
-            self.dirs = {c: root / c / parent / name for c in V1_CONTROLLERS}
+            controllers = V1_CONTROLLERS + tuple(c for c in V1_OPTIONAL if (root / c).is_dir())
+            self.dirs = {c: root / c / parent / name for c in controllers}
             self._memory, self._pids = self.dirs["memory"], self.dirs["pids"]
+            self._cpu = self.dirs.get("cpu", root / "cpu" / parent / name)
+        self._parent = parent
         self._root = root
         self._whole_life = whole_life
         if self.v2:
@@ -106,6 +140,7 @@ class SlotCgroups:
         self._baseline_bytes: int | None = None
         self._limit_bytes = -1
         self._pids_max = -1
+        self._cpu_line: str | None = None
         self._oom_kills_before = 0
         self._peak_fd: int | None = None
 
@@ -120,13 +155,10 @@ class SlotCgroups:
     def create(self) -> None:
         """Create the cgroups (idempotent); CgroupUnavailable with the reason if we cannot."""
         if self.v2:
-            delegation = self._memory.parent / "cgroup.subtree_control"
-            enabled = delegation.read_text().split() if delegation.exists() else []
-            if not {"memory", "pids"} <= set(enabled):
-                raise CgroupUnavailable(
-                    f"cgroup v2: {self._memory.parent} must delegate +memory +pids "
-                    "(cgroup.subtree_control); deploy/worker-entrypoint.sh shows how"
-                )
+            try:
+                delegate_parent(self._parent, self._root)
+            except DelegationError as exc:
+                raise CgroupUnavailable(f"cgroup v2: {exc}") from exc
         else:
             for controller in V1_CONTROLLERS:
                 if not (self._root / controller).is_dir():
@@ -171,6 +203,51 @@ class SlotCgroups:
             (self._pids / "pids.max").write_text(str(max_processes + 1))
             self._pids_max = max_processes
         self._oom_kills_before = self._oom_kills()
+
+    def set_cpu_limit(self, cores: float | None) -> None:
+        """Limit the slot's processes together to `cores` CPUs (None: no limit).
+
+        CFS bandwidth control: per 100 ms period the slot may run `cores` x 100 ms over all its
+        threads, then waits for the next period. It covers the zygote and everything it forks,
+        so a program's spinners share the slot's cores instead of taking the host's.
+        """
+        line = cpu_max_line(cores)
+        if line == self._cpu_line:
+            return
+        limit_file = self._cpu / ("cpu.max" if self.v2 else "cpu.cfs_quota_us")
+        if not limit_file.exists():
+            raise CgroupUnavailable(
+                f"no cpu controller for {self._cpu}: "
+                + (
+                    f"{self._cpu.parent} does not delegate +cpu (cgroup.subtree_control)"
+                    if self.v2
+                    else f"cgroup v1 controller 'cpu' is not mounted at {self._root}"
+                )
+            )
+        if self.v2:
+            limit_file.write_text(line)
+        else:
+            quota, period = line.split()
+            # The period first: the quota is checked against the period in force.
+            (self._cpu / "cpu.cfs_period_us").write_text(period)
+            limit_file.write_text("-1" if quota == "max" else quota)
+        self._cpu_line = line
+
+    def cpu_throttling(self) -> CpuThrottling:
+        """The slot's CFS bandwidth counters; zeros where there is no cpu controller."""
+        try:
+            text = (self._cpu / "cpu.stat").read_text()
+        except FileNotFoundError:
+            return CpuThrottling(0, 0, 0)
+        if self.v2:
+            throttled_us = _keyed_value(text, "throttled_usec")
+        else:
+            throttled_us = _keyed_value(text, "throttled_time") // 1000  # v1 counts ns
+        return CpuThrottling(
+            periods=_keyed_value(text, "nr_periods"),
+            throttled_periods=_keyed_value(text, "nr_throttled"),
+            throttled_us=throttled_us,
+        )
 
     def _write_memory_limit(self, limit: int) -> None:
         if self.v2:
@@ -259,7 +336,10 @@ class SlotCgroups:
 
 def remove_stale(parent: str, root: Path = CGROUP_ROOT) -> None:
     """Remove empty slot cgroups left by workers that died (named ...-<pid>, pid gone)."""
-    bases = [root / parent] if is_v2(root) else [root / c / parent for c in V1_CONTROLLERS]
+    if is_v2(root):
+        bases = [root / parent]
+    else:
+        bases = [root / c / parent for c in V1_CONTROLLERS + V1_OPTIONAL]
     for base in bases:
         if not base.is_dir():
             continue

@@ -1,7 +1,8 @@
 """cgroup v2 file handling, against a directory laid out like the unified hierarchy.
 
 The machines here mount cgroup v1, where tests/jail exercise the real kernel; this checks the
-v2 branch's file names and arithmetic on a stand-in tree that mimics the kernel's files.
+v2 branch's file names, arithmetic and delegation steps on a stand-in tree that mimics the
+kernel's files. The real v2 kernel runs tests/cgroup2 in a guest (`make test-cgroup2`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_service.jail.cgroups import MIB, CgroupUnavailable, SlotCgroups, is_v2
+from sandbox_service.jail.cgroup_delegation import DelegationError, delegate_parent
+from sandbox_service.jail.cgroups import (
+    MIB,
+    CgroupUnavailable,
+    SlotCgroups,
+    cpu_max_line,
+    is_v2,
+)
 
 
-def make_tree(root: Path, delegated: str) -> Path:
-    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+def make_tree(root: Path, delegated: str, controllers: str = "cpu memory pids") -> Path:
+    (root / "cgroup.controllers").write_text(controllers + "\n")
+    (root / "cgroup.subtree_control").write_text(delegated)
     parent = root / "rl-sandbox"
     parent.mkdir()
+    (parent / "cgroup.controllers").write_text(delegated)
     (parent / "cgroup.subtree_control").write_text(delegated)
     return parent
 
@@ -35,10 +45,110 @@ def test_v2_is_detected(tmp_path: Path) -> None:
     assert is_v2(tmp_path)
 
 
-def test_v2_refuses_a_parent_without_delegated_controllers(tmp_path: Path) -> None:
-    make_tree(tmp_path, "cpu")
-    with pytest.raises(CgroupUnavailable, match=r"\+memory \+pids"):
+def test_v2_delegation_enables_the_controllers_at_every_level(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    # A stand-in for the kernel, which fills cgroup.controllers of a new cgroup by itself.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "cgroup.controllers").write_text("cpu memory pids\n")
+    (tmp_path / "a" / "b").mkdir()
+    (tmp_path / "a" / "b" / "cgroup.controllers").write_text("cpu memory pids\n")
+    assert delegate_parent("a/b", tmp_path) == {"cpu", "memory", "pids"}
+    # Required and optional controllers are written separately: a refused +cpu fails nothing.
+    for level in (tmp_path, tmp_path / "a", tmp_path / "a" / "b"):
+        assert (level / "cgroup.subtree_control").read_text() == "+cpu"
+
+
+def test_v2_delegation_skips_what_is_already_enabled(tmp_path: Path) -> None:
+    parent = make_tree(tmp_path, "cpu memory pids")
+    assert delegate_parent("rl-sandbox", tmp_path) == {"cpu", "memory", "pids"}
+    assert (parent / "cgroup.subtree_control").read_text() == "cpu memory pids"
+
+
+def test_v2_delegation_without_cpu_still_gives_memory_and_pids(tmp_path: Path) -> None:
+    make_tree(tmp_path, "memory pids", controllers="memory pids")
+    assert delegate_parent("rl-sandbox", tmp_path) == {"memory", "pids"}
+
+
+def test_v2_refuses_a_host_without_the_memory_controller(tmp_path: Path) -> None:
+    make_tree(tmp_path, "pids", controllers="cpu pids")
+    with pytest.raises(CgroupUnavailable, match="lacks the memory controller"):
         SlotCgroups("rl-sandbox", "slot0-1", root=tmp_path).create()
+
+
+def test_v2_refuses_a_parent_whose_parent_keeps_a_controller(tmp_path: Path) -> None:
+    make_tree(tmp_path, "cpu", controllers="cpu memory pids")
+    (tmp_path / "rl-sandbox" / "cgroup.controllers").write_text("cpu")  # root gave it only cpu
+    with pytest.raises(DelegationError, match=r"memory pids controller.*hand that controller"):
+        delegate_parent("rl-sandbox", tmp_path)
+
+
+def test_v2_delegation_error_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    parent = make_tree(tmp_path, "", controllers="cpu memory pids")
+    (parent / "cgroup.controllers").write_text("cpu memory pids")
+    (parent / "cgroup.subtree_control").unlink()
+    (parent / "cgroup.subtree_control").symlink_to(tmp_path / "gone" / "file")  # writes fail
+    with pytest.raises(DelegationError, match=r"cannot enable \+memory \+pids in .*rl-sandbox"):
+        delegate_parent("rl-sandbox", tmp_path)
+
+
+@pytest.mark.parametrize("parent", ["", "/", "../escape", "a/../../b"])
+def test_v2_parent_must_lie_below_the_root(tmp_path: Path, parent: str) -> None:
+    make_tree(tmp_path, "memory pids")
+    with pytest.raises(DelegationError, match="relative path"):
+        delegate_parent(parent, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("cores", "line"),
+    [
+        (1.0, "100000 100000"),
+        (0.5, "50000 100000"),
+        (2.5, "250000 100000"),
+        (0.001, "1000 100000"),
+        (None, "max 100000"),
+    ],
+)
+def test_cpu_max_line(cores: float | None, line: str) -> None:
+    assert cpu_max_line(cores) == line
+
+
+@pytest.mark.parametrize("cores", [0.0, -1.0, float("nan"), float("inf")])
+def test_cpu_limit_must_be_positive(cores: float) -> None:
+    with pytest.raises(ValueError, match="positive and finite"):
+        cpu_max_line(cores)
+
+
+def test_v2_cpu_limit_and_throttling_counters(tmp_path: Path) -> None:
+    parent = make_tree(tmp_path, "cpu memory pids")
+    slot = parent / "slot0-1"
+    fake_kernel_files(slot, current=0, oom_kills=0)
+    (slot / "cpu.max").write_text("max 100000\n")
+    (slot / "cpu.stat").write_text(
+        "usage_usec 900\nuser_usec 800\nsystem_usec 100\n"
+        "nr_periods 12\nnr_throttled 7\nthrottled_usec 3500\n"
+    )
+    cgroups = SlotCgroups("rl-sandbox", "slot0-1", root=tmp_path)
+    cgroups.create()
+    cgroups.set_cpu_limit(1.5)
+    assert (slot / "cpu.max").read_text() == "150000 100000"
+    throttling = cgroups.cpu_throttling()
+    assert (throttling.periods, throttling.throttled_periods, throttling.throttled_us) == (
+        12,
+        7,
+        3500,
+    )
+    cgroups.set_cpu_limit(None)
+    assert (slot / "cpu.max").read_text() == "max 100000"
+
+
+def test_v2_cpu_limit_without_the_cpu_controller_says_so(tmp_path: Path) -> None:
+    parent = make_tree(tmp_path, "memory pids", controllers="memory pids")
+    fake_kernel_files(parent / "slot0-1", current=0, oom_kills=0)
+    cgroups = SlotCgroups("rl-sandbox", "slot0-1", root=tmp_path)
+    cgroups.create()
+    with pytest.raises(CgroupUnavailable, match=r"does not delegate \+cpu"):
+        cgroups.set_cpu_limit(1.0)
 
 
 def test_v2_limits_and_oom_detection(tmp_path: Path) -> None:
