@@ -2,7 +2,7 @@
 """Worker health for container healthchecks: Redis answers, and a worker of this host beats.
 
 Each worker process scores itself in the `<queue>:alive` sorted set every worker_heartbeat_s,
-under the name `<hostname>:<slot>:<pid>` (sandbox_service/worker.py). A container none of whose
+under the name `<hostname>:<slot>:<pid>` (sandbox_service/worker/main.py). A container none of whose
 worker processes has beaten within worker_dead_after_s is unhealthy and gets restarted.
 """
 

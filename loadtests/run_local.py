@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox_service import procs
-from sandbox_service.bench import start_private_stack, wait_ready
-from sandbox_service.bench_http import loopback_target
-from sandbox_service.bench_procs import StackSampler
+from sandbox_service.bench.command import start_private_stack, wait_ready
+from sandbox_service.bench.http import loopback_target
+from sandbox_service.bench.procs import StackSampler
+from sandbox_service.local import procs
 
 HERE = Path(__file__).resolve().parent
 BATCH_SIZE = 8

@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        from sandbox_service.run_once import run_once
+        from sandbox_service.local.run_once import run_once
 
         return run_once(args)
     if args.command == "train":
@@ -91,21 +91,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return train_command(args.config, run_dir=args.run_dir, progress=not args.no_progress)
     if args.command == "bench":
-        from sandbox_service.bench import bench_command
+        from sandbox_service.bench.command import bench_command
 
         return bench_command(args)
     settings = _settings(args)
     if args.command == "up":
-        from sandbox_service.up import up
+        from sandbox_service.local.up import up
 
         return up(settings, args.host or settings.host, args.port or settings.port)
     if args.command == "api":
-        from sandbox_service.server import serve
+        from sandbox_service.api.server import serve
 
         return serve(settings, args.host or settings.host, args.port or settings.port)
     if args.command == "worker":
         from sandbox_service.logs import configure_logging
-        from sandbox_service.supervisor import run_workers
+        from sandbox_service.worker.supervisor import run_workers
 
         configure_logging("worker-supervisor", settings.log_level)
         return run_workers(settings, settings.workers)

@@ -143,7 +143,7 @@ async def measure(url: str, trajectories: int, concurrent: int) -> list[dict[str
 
 def start_service(workers: int, spares: int) -> tuple[subprocess.Popen[bytes], str]:
     """`rl-sandbox up` on a free port; returns the process and its URL once ready."""
-    from sandbox_service.procs import NotReady, free_port, wait_ready
+    from sandbox_service.local.procs import NotReady, free_port, wait_ready
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RL_SANDBOX_")}

@@ -22,11 +22,13 @@ from typing import Any
 import psutil
 import redis
 
-from sandbox_service import jobqueue, keys, procs
-from sandbox_service.bench import start_private_stack
+from sandbox_service import keys
+from sandbox_service.bench.command import start_private_stack
+from sandbox_service.broker import jobqueue
 from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import JobPayload, encode_result, result_to_wire
-from sandbox_service.redis_server import start_redis_server
+from sandbox_service.local import procs
+from sandbox_service.local.redis_server import start_redis_server
 
 
 def redis_footprint(jobs: int) -> dict[str, float]:
@@ -72,7 +74,7 @@ def slot_footprint(workers: int) -> dict[str, Any]:
             cmdline = " ".join(proc.cmdline())
             if " api" in cmdline:
                 api_rss = proc.memory_info().rss / 2**20
-            if "sandbox_service.worker" not in cmdline:
+            if "sandbox_service.worker.main" not in cmdline:
                 continue
             tree = [proc, *proc.children(recursive=True)]
             pss = sum(p.memory_full_info().pss for p in tree) / 2**20

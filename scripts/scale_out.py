@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox_service import procs
+from sandbox_service.local import procs
 
 PREFIX = "rlsb-"
 CORE = f"{PREFIX}core"

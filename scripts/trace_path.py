@@ -73,7 +73,8 @@ def wrap(owner: Any, name: str, before: Any = None, after: Any = None) -> None:
 
 
 def patch_api() -> None:
-    from sandbox_service import awaiting, edge, jobqueue
+    from sandbox_service.api.app import awaiting, edge
+    from sandbox_service.broker import jobqueue
 
     original_call = edge.Edge.__call__
 
@@ -118,8 +119,9 @@ def patch_api() -> None:
 def patch_worker() -> None:
     from rq.queue import Queue
 
-    from sandbox_service import jobqueue, worker
+    from sandbox_service.broker import jobqueue
     from sandbox_service.jail import executor
+    from sandbox_service.worker.main import main as worker
 
     def dequeued(result: Any, *args: Any) -> None:
         if result is not None:
@@ -230,9 +232,9 @@ def analyse(files: list[Path]) -> dict[str, Any]:
 
 
 def orchestrate(args: argparse.Namespace) -> int:
-    from sandbox_service import procs
-    from sandbox_service.procs import wait_ready
-    from sandbox_service.redis_server import start_redis_server
+    from sandbox_service.local import procs
+    from sandbox_service.local.procs import wait_ready
+    from sandbox_service.local.redis_server import start_redis_server
 
     trace_dir = Path(tempfile.mkdtemp(prefix="rl-sandbox-trace-"))
     redis_server = start_redis_server(unix_socket=True)  # as `rl-sandbox up` does
@@ -294,12 +296,12 @@ def main() -> int:
     configure_logging(args.role, settings.log_level)
     out = Path(os.environ["TRACE_DIR"]) / f"{args.role}.jsonl"
     if args.role == "api":
-        from sandbox_service.server import serve
+        from sandbox_service.api.server import serve
 
         patch_api()
         code = serve(settings, "127.0.0.1", args.port)
     else:
-        from sandbox_service import worker
+        from sandbox_service.worker.main import main as worker
 
         patch_worker()
         code = worker.run(settings, 0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from service_process import Service
 
-from sandbox_service.redis_server import RedisServer, start_redis_server
+from sandbox_service.local.redis_server import RedisServer, start_redis_server
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox_service.procs import NotReady, free_port, wait_ready
+from sandbox_service.local.procs import NotReady, free_port, wait_ready
 
 READY_TIMEOUT_S = 60.0
 

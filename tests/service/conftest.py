@@ -9,7 +9,7 @@ import httpx
 import pytest
 import redis
 
-from sandbox_service.redis_server import RedisServer, start_redis_server
+from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env
 
 DEFAULT_LIMITS = {

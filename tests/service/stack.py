@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from sandbox_service.procs import free_port
+from sandbox_service.local.procs import free_port
 
 READY_TIMEOUT_S = 90.0
 

@@ -14,9 +14,9 @@ import redis
 from sandbox_service import keys
 from sandbox_service.execution import Status
 from sandbox_service.jobs import JobPayload
-from sandbox_service.redis_server import RedisServer
+from sandbox_service.local.redis_server import RedisServer
 from sandbox_service.settings import Settings
-from sandbox_service.worker import JobRunner
+from sandbox_service.worker.main import JobRunner
 from tests.service.stack import Stack, stack_env, wait_list_length
 
 

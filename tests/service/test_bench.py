@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_service.bench import BenchOptions, run_bench
-from sandbox_service.bench_http import NotLoopback, loopback_target
-from sandbox_service.bench_workloads import WORKLOADS
+from sandbox_service.bench.command import BenchOptions, run_bench
+from sandbox_service.bench.http import NotLoopback, loopback_target
+from sandbox_service.bench.workloads import WORKLOADS
 from tests.service.stack import Stack
 
 

@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from sandbox_service import keys
-from sandbox_service.procs import free_port
-from sandbox_service.redis_server import RedisServer
+from sandbox_service.local.procs import free_port
+from sandbox_service.local.redis_server import RedisServer
 from tests.service.stack import Stack, stack_env, wait_list_length
 
 KEY = "compat-key"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from sandbox_service import keys
+from sandbox_service.api.validation import check_batch, check_request, decoded_size
 from sandbox_service.execution import ExecutionResult, Limits, Status
 from sandbox_service.jobs import (
     INLINE_RESULT_MAX_BYTES,
@@ -19,12 +20,11 @@ from sandbox_service.jobs import (
 )
 from sandbox_service.models import BatchRequest, ExecuteRequest
 from sandbox_service.settings import Settings
-from sandbox_service.validation import check_batch, check_request, decoded_size
 
 PURE_MODULES = [
     "sandbox_service.jobs",
     "sandbox_service.keys",
-    "sandbox_service.validation",
+    "sandbox_service.api.validation",
     "sandbox_service.execution",
     "sandbox_service.models",
     "sandbox_service.settings",

@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from sandbox_service import keys
-from sandbox_service.jobqueue import JobQueue, NewJob, connect
+from sandbox_service.broker.jobqueue import JobQueue, NewJob, connect
 from sandbox_service.jobs import decode_notice
-from sandbox_service.redis_server import RedisServer, start_redis_server
+from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env, stop
 
 FAST_DETECTION = {"poll_interval_s": 0.3, "worker_heartbeat_s": 0.3, "worker_dead_after_s": 1.5}

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from sandbox_service import keys
-from sandbox_service.redis_server import RedisServer
+from sandbox_service.local.redis_server import RedisServer
 from tests.service.stack import Stack, stack_env
 from tests.service.test_reliability import (
     FAST_DETECTION,

@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
-from sandbox_service import procs
-from sandbox_service.procs import free_port
+from sandbox_service.local import procs
+from sandbox_service.local.procs import free_port
 from tests.service.stack import stack_env, tail
 
 

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from sandbox_service.compat_codejudge import (
+from sandbox_service.api.compat.codejudge import (
     MAX_OUTPUT_CHARS,
     Planned,
     Submission,
@@ -19,7 +19,7 @@ from sandbox_service.compat_codejudge import (
     sub_id_of,
     to_submission_result,
 )
-from sandbox_service.compat_sandboxfusion import (
+from sandbox_service.api.compat.sandboxfusion import (
     InvalidRequest,
     RunCodeRequest,
     RunCodeResponse,
@@ -46,7 +46,8 @@ def b64(data: bytes) -> str:
 
 def test_compat_mappings_import_no_io_library() -> None:
     probe = (
-        "import sys, sandbox_service.compat_codejudge, sandbox_service.compat_sandboxfusion; "
+        "import sys, sandbox_service.api.compat.codejudge, "
+        "sandbox_service.api.compat.sandboxfusion; "
         "print(sorted(m for m in ('fastapi', 'rq', 'redis', 'httpx', 'uvicorn') "
         "if m in sys.modules))"
     )

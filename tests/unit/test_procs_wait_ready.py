@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox_service.procs import NotReady, free_port, wait_ready
+from sandbox_service.local.procs import NotReady, free_port, wait_ready
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sandbox_service.broker.session_store import decode_cell, encode_cell
 from sandbox_service.execution import ExecutionSpec, RecordedCell
-from sandbox_service.session_store import decode_cell, encode_cell
 
 any_text = st.text(st.characters(codec=None, exclude_categories=()))  # lone surrogates too
 

@@ -27,8 +27,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from sandbox_service import keys
+from sandbox_service.broker.jobqueue import JobQueue, JobState, NewJob
 from sandbox_service.execution import Status
-from sandbox_service.jobqueue import JobQueue, JobState, NewJob
 from sandbox_service.jobs import JobPayload, ResultDict, decode_notice, failure_result
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings

@@ -16,10 +16,10 @@ from dataclasses import replace
 
 import redis
 
+from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.logs import fields
-from sandbox_service.session_store import SessionStore
 from sandbox_service.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from sandbox_service import procs
+from sandbox_service.local import procs
 
 
 @dataclass

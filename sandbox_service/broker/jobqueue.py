@@ -50,7 +50,7 @@ from sandbox_service.jobs import ResultDict, encode_notice, encode_result, failu
 
 log = logging.getLogger(__name__)
 
-JOB_FUNC = "sandbox_service.worker.execute"
+JOB_FUNC = "sandbox_service.worker.main.execute"
 """What the RQ job names as its function; a LeanWorker hands the payload to its handler instead."""
 
 

@@ -16,10 +16,11 @@ import time
 
 import redis
 
-from sandbox_service import keys, procs
+from sandbox_service import keys
+from sandbox_service.local import procs
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
-from sandbox_service.worker import forget_worker_queue, worker_name
+from sandbox_service.worker.main import forget_worker_queue, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ STABLE_AFTER_S = 60.0
 
 def worker_argv(slot: int) -> list[str]:
     """The command line of the worker process of one slot."""
-    return [sys.executable, "-m", "sandbox_service.worker", "--slot", str(slot)]
+    return [sys.executable, "-m", "sandbox_service.worker.main", "--slot", str(slot)]
 
 
 def run_workers(settings: Settings, count: int) -> int:

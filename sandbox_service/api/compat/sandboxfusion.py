@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from sandbox_service.api.validation import Problem, check_request
 from sandbox_service.execution import Status
 from sandbox_service.models import ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
-from sandbox_service.validation import Problem, check_request
 
 Language = Literal[
     "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",

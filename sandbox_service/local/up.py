@@ -13,9 +13,9 @@ import os
 import subprocess
 import sys
 
-from sandbox_service import procs
+from sandbox_service.local import procs
+from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from sandbox_service.logs import configure_logging, fields
-from sandbox_service.redis_server import RedisServer, start_redis_server
 from sandbox_service.settings import Settings
 
 log = logging.getLogger(__name__)

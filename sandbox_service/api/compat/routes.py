@@ -24,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from sandbox_service.compat_codejudge import (
+from sandbox_service.api.compat.codejudge import (
     BatchSubmission,
     BatchSubmissionResult,
     Planned,
@@ -36,7 +36,7 @@ from sandbox_service.compat_codejudge import (
     sub_id_of,
     to_submission_result,
 )
-from sandbox_service.compat_sandboxfusion import (
+from sandbox_service.api.compat.sandboxfusion import (
     InvalidRequest,
     RunCodeRequest,
     RunCodeResponse,
@@ -45,9 +45,9 @@ from sandbox_service.compat_sandboxfusion import (
     to_execute_request,
     to_run_code_response,
 )
-from sandbox_service.dispatch import Overloaded, Unavailable
+from sandbox_service.api.dispatch import Overloaded, Unavailable
+from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import ResultDict
-from sandbox_service.metrics import Metrics
 from sandbox_service.models import ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
 

@@ -28,10 +28,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from sandbox_service.api.validation import check_request
 from sandbox_service.execution import Status
 from sandbox_service.models import ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
-from sandbox_service.validation import check_request
 
 MAX_OUTPUT_CHARS = 1000
 """code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""

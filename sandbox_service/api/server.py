@@ -9,7 +9,7 @@ from types import FrameType
 
 import uvicorn
 
-from sandbox_service.api import create_app
+from sandbox_service.api.app import create_app
 from sandbox_service.logs import configure_logging
 from sandbox_service.settings import Settings
 

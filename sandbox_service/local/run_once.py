@@ -8,7 +8,7 @@ import sys
 import uuid
 
 from sandbox_service.execution import ExecutionSpec, Limits
-from sandbox_service.jail import create_executor
+from sandbox_service.jail import JailExecutor
 from sandbox_service.jobs import result_to_wire
 from sandbox_service.settings import Settings
 
@@ -30,7 +30,7 @@ def run_once(args: argparse.Namespace) -> int:
         max_open_files=settings.max_open_files,
     )
     spec = ExecutionSpec(code=code, stdin=args.stdin, limits=limits, execution_id=uuid.uuid4().hex)
-    executor = create_executor(settings, slot=0, mode=args.mode)
+    executor = JailExecutor(settings, slot=0, mode=args.mode)
     try:
         result = executor.run(spec)
     finally:

@@ -23,15 +23,15 @@ from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from sandbox_service import __version__
-from sandbox_service.compat_routes import codejudge_router, sandboxfusion_router
-from sandbox_service.dispatch import Dispatcher, Overloaded, Unavailable
-from sandbox_service.edge import Edge
+from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
+from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
+from sandbox_service.api.edge import Edge
+from sandbox_service.api.metrics import Metrics
+from sandbox_service.api.validation import check_batch, check_request
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
-from sandbox_service.metrics import Metrics
 from sandbox_service.models import BatchRequest, BatchResponse, ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
-from sandbox_service.validation import check_batch, check_request
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox_service import procs
-from sandbox_service.bench_http import loopback_target
-from sandbox_service.bench_points import Point, baseline_point, service_point
-from sandbox_service.bench_procs import StackSampler
-from sandbox_service.bench_report import Progress, plot, ratios, table
-from sandbox_service.bench_workloads import WORKLOADS, Workload
+from sandbox_service.bench.http import loopback_target
+from sandbox_service.bench.points import Point, baseline_point, service_point
+from sandbox_service.bench.procs import StackSampler
+from sandbox_service.bench.report import Progress, plot, ratios, table
+from sandbox_service.bench.workloads import WORKLOADS, Workload
+from sandbox_service.local import procs
 
 log = logging.getLogger(__name__)
 

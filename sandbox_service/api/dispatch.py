@@ -31,11 +31,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from sandbox_service import jobqueue, keys
-from sandbox_service.awaiting import Awaiter
-from sandbox_service.jobqueue import JobQueue, NewJob
+from sandbox_service import keys
+from sandbox_service.api.awaiting import Awaiter
+from sandbox_service.broker import jobqueue
+from sandbox_service.broker.jobqueue import JobQueue, NewJob
+from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.jobs import JobPayload, ResultDict
-from sandbox_service.session_store import SessionStore
 from sandbox_service.settings import Settings
 
 log = logging.getLogger(__name__)

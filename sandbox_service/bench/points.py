@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_service.bench_http import Connection
-from sandbox_service.bench_workloads import Workload
+from sandbox_service.bench.http import Connection
+from sandbox_service.bench.workloads import Workload
 
 
 @dataclass(slots=True)

@@ -21,16 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from sandbox_service import jobqueue, keys
+from sandbox_service import keys
+from sandbox_service.broker import jobqueue
+from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.execution import ExecutionResult, Limits, Status
-from sandbox_service.executor import Executor
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
-from sandbox_service.session_store import SessionStore
 from sandbox_service.settings import Settings
 
 if TYPE_CHECKING:
-    from sandbox_service.worker_sessions import SessionRunner
+    from sandbox_service.jail import JailExecutor
+    from sandbox_service.worker.sessions import SessionRunner
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class JobRunner:
     def __init__(
         self,
         settings: Settings,
-        make_executor: Callable[[], Executor],
+        make_executor: Callable[[], JailExecutor],
         sessions: SessionRunner | None = None,
     ) -> None:
         self._limits = Limits(
@@ -61,7 +62,7 @@ class JobRunner:
             max_open_files=settings.max_open_files,
         )
         self._make_executor = make_executor
-        self._executor: Executor | None = None
+        self._executor: JailExecutor | None = None
         self._sessions = sessions
 
     def warm_up(self) -> None:
@@ -210,8 +211,8 @@ class Heartbeat:
 
 def run(settings: Settings, slot: int) -> int:
     """Serve jobs with executor slot `slot` until SIGTERM; returns the exit status."""
-    from sandbox_service.jail import create_executor
-    from sandbox_service.worker_sessions import SessionRunner
+    from sandbox_service.jail import JailExecutor
+    from sandbox_service.worker.sessions import SessionRunner
 
     if settings.redis_url is None:
         log.error("no Redis: set RL_SANDBOX_REDIS_URL (or REDIS_URL)")
@@ -220,7 +221,7 @@ def run(settings: Settings, slot: int) -> int:
     beat_connection = jobqueue.connect(settings.redis_url)
     store = SessionStore.for_settings(beat_connection, settings)
     sessions = SessionRunner(settings, slot, store, name, spares=settings.session_spares)
-    runner = JobRunner(settings, lambda: create_executor(settings, slot), sessions)
+    runner = JobRunner(settings, lambda: JailExecutor(settings, slot), sessions)
     try:
         runner.warm_up()
     except Exception:
@@ -251,7 +252,7 @@ def forget_worker_queue(connection: redis.Redis, queue_name: str, name: str) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of one worker process (`python -m sandbox_service.worker --slot N`)."""
+    """Entry point of one worker process (`python -m sandbox_service.worker.main --slot N`)."""
     parser = argparse.ArgumentParser(prog="rl-sandbox-worker")
     parser.add_argument("--slot", type=int, required=True, help="executor slot index")
     args = parser.parse_args(argv)

@@ -1,0 +1,1 @@
+"""Drop-in routes of the peers (code-judge, SandboxFusion): wire mappings and their routers."""

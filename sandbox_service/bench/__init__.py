@@ -1,0 +1,1 @@
+"""`rl-sandbox bench`: concurrency sweeps on loopback against a fresh-interpreter baseline."""
