@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
+from rl.data.tasks import Demonstration
 from rl.logprobs import pad_responses, response_logprobs
-from rl.rollout import Codec, RolloutSettings, execute_call
-from rl.tasks import Demonstration
-from rl.template import PromptTemplate, demonstration
+from rl.rollout.loop import Codec, RolloutSettings, execute_call
+from rl.rollout.template import PromptTemplate, demonstration
 from trainer_client.tools import Executes, parse_tool_calls
 
 

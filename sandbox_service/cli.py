@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_once(args)
     if args.command == "train":
-        from rl.trainer import train_command
+        from rl.run.trainer import train_command
 
         return train_command(args.config, run_dir=args.run_dir, progress=not args.no_progress)
     if args.command == "bench":

@@ -7,21 +7,21 @@ from collections.abc import Iterator
 import pytest
 from rl_limits import LIMIT_S
 
-import rl.reward
-from rl.local_service import LocalService
-from rl.verifier import VerifierPool
+import rl.reward.outcome
+from rl.reward.verifier import VerifierPool
+from rl.run.local_service import LocalService
 
 
 @pytest.fixture(scope="session")
 def verifier() -> Iterator[VerifierPool]:
     """Two workers, the soft timer on (the default), installed as answer_reward's default pool."""
     with VerifierPool(workers=2, timeout_s=LIMIT_S) as pool:
-        saved = rl.reward._default_pool
-        rl.reward._default_pool = pool
+        saved = rl.reward.outcome._default_pool
+        rl.reward.outcome._default_pool = pool
         try:
             yield pool
         finally:
-            rl.reward._default_pool = saved
+            rl.reward.outcome._default_pool = saved
 
 
 @pytest.fixture(scope="session")

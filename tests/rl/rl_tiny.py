@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from rl.rollout import HFCodec
+from rl.data.tasks import Demonstration, tool_call_text
+from rl.rollout.loop import HFCodec
+from rl.rollout.template import PromptTemplate, demonstration
+from rl.run.tiny import build_model, build_tokenizer
 from rl.sft import SFTExample, sft_step
-from rl.tasks import Demonstration, tool_call_text
-from rl.template import PromptTemplate, demonstration
-from rl.tiny import build_model, build_tokenizer
 
 TEMPLATE = PromptTemplate(system="Use the tool.", user_prefix="", include_tools=False)
 

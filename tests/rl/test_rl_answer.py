@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import rl_transcripts as tx
 
-from rl.answer import extract_answer, last_boxed
+from rl.reward.answer import extract_answer, last_boxed
 
 QWEN_STYLE = (
     "We need the number of positive divisors of $2^{10} \\cdot 3^2$.</reason>"

@@ -9,8 +9,8 @@ import pytest
 import torch
 from rl_tiny import TEMPLATE, tiny_policy
 
-from rl.engine import SamplingParams
-from rl.engine_hf import TransformersEngine, sample_tokens
+from rl.engines.base import SamplingParams
+from rl.engines.hf import TransformersEngine, sample_tokens
 from rl.logprobs import pad_responses, response_logprobs
 
 

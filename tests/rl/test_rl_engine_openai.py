@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from rl.engine import SamplingParams
-from rl.engine_openai import OpenAIEngine
+from rl.engines.base import SamplingParams
+from rl.engines.openai_api import OpenAIEngine
 
 
 def server(reply: dict[str, Any], seen: list[dict[str, Any]]) -> httpx.MockTransport:

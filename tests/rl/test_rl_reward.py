@@ -10,8 +10,8 @@ import rl_transcripts as tx
 from rl_limits import LIMIT_S, MARGIN_S
 
 from rl.config import GRPOConfig
-from rl.reward import answer_reward, answer_rewards, grade_responses, verifier_from_config
-from rl.verifier import VerifierPool
+from rl.reward.outcome import answer_reward, answer_rewards, grade_responses, verifier_from_config
+from rl.reward.verifier import VerifierPool
 
 
 def final_turn(answer_latex: str, words: str = "The answer is") -> str:

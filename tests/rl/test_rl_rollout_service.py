@@ -11,13 +11,13 @@ import pytest
 import torch
 from rl_tiny import DIVISION, PRODUCT, TEMPLATE, memorise, tiny_policy
 
-from rl.answer import extract_answer
-from rl.engine import Engine, Generation, SamplingParams
-from rl.engine_hf import TransformersEngine
-from rl.local_service import LocalService
+from rl.engines.base import Engine, Generation, SamplingParams
+from rl.engines.hf import TransformersEngine
 from rl.logprobs import pad_responses, response_logprobs
-from rl.rollout import HFCodec, RolloutSettings, run_rollout
-from rl.scheduler import RolloutJob, RolloutScheduler
+from rl.reward.answer import extract_answer
+from rl.rollout.loop import HFCodec, RolloutSettings, run_rollout
+from rl.rollout.scheduler import RolloutJob, RolloutScheduler
+from rl.run.local_service import LocalService
 from rl.trajectory import Trajectory
 from sandbox_service.models import ExecuteResult
 from trainer_client import SandboxClient

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rl.engine import Engine, Generation, SamplingParams
-from rl.scheduler import RolloutJob, RolloutScheduler
+from rl.engines.base import Engine, Generation, SamplingParams
+from rl.rollout.scheduler import RolloutJob, RolloutScheduler
 
 
 @dataclass

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from rl.rollout import RolloutSettings
-from rl.sft import SFTExample, render_demonstrations
-from rl.tasks import (
+from rl.data.tasks import (
     arithmetic_code,
     arithmetic_demonstration,
     arithmetic_problems,
     load_demonstrations,
     load_problems,
 )
-from rl.template import PromptTemplate
+from rl.rollout.loop import RolloutSettings
+from rl.rollout.template import PromptTemplate
+from rl.sft import SFTExample, render_demonstrations
 from sandbox_service.models import ExecuteResult
 from trainer_client.tools import parse_tool_calls
 

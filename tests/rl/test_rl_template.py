@@ -7,7 +7,7 @@ import json
 import pytest
 from rl_transcripts import GENERATION_PROMPT, tool_turn
 
-from rl.template import PromptTemplate, demonstration, rstar2_template
+from rl.rollout.template import PromptTemplate, demonstration, rstar2_template
 from trainer_client.tools import python_tool_schema
 
 

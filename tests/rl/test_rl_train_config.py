@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rl.train_config import ConfigError, config_from_dict, load_config
+from rl.run.train_config import ConfigError, config_from_dict, load_config
 from sandbox_service.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rl.local_service import LocalService
-from rl.train_config import config_from_dict
-from rl.trainer import load_tokenizer, train
+from rl.run.local_service import LocalService
+from rl.run.train_config import config_from_dict
+from rl.run.trainer import load_tokenizer, train
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from rl_limits import LIMIT_S, MARGIN_S
 
-import rl.verifier
-from rl.verifier import VerifierError, VerifierPool
+import rl.reward.verifier
+from rl.reward.verifier import VerifierError, VerifierPool
 
 HANG = ("9^{9^{9^9}}", "1")
 
@@ -80,12 +80,12 @@ def test_workers_die_with_the_trainer() -> None:
     # (one stuck in a check would otherwise spin on for as long as sympy likes).
     trainer = (
         "import os\n"
-        "from rl.verifier import VerifierPool\n"
+        "from rl.reward.verifier import VerifierPool\n"
         "pool = VerifierPool(workers=1)\n"
         "print(*pool.worker_pids(), flush=True)\n"
         "os._exit(0)\n"
     )
-    root = str(Path(rl.verifier.__file__).resolve().parent.parent)
+    root = str(Path(rl.reward.verifier.__file__).resolve().parent.parent)
     out = subprocess.run(
         [sys.executable, "-c", trainer],
         capture_output=True,

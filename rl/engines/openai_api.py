@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from rl.engine import FinishReason, Generation, SamplingParams, find_stop
+from rl.engines.base import FinishReason, Generation, SamplingParams, find_stop
 
 
 class OpenAIEngine:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from rl.engine import Generation, SamplingParams, find_stop
+from rl.engines.base import Generation, SamplingParams, find_stop
 
 
 @dataclass(eq=False, slots=True)

@@ -1,8 +1,8 @@
 """Whether an extracted answer equals the ground truth: math-verify (sympy), numeric tolerance.
 
 Runs with no time limit of its own, and sympy can hang (in C, holding the GIL) on inputs such
-as `9^{9^{9^9}}`: call it only inside a verifier worker process (`rl.verify_worker`), which the
-parent kills on time-out. Importing this module imports sympy and math-verify.
+as `9^{9^{9^9}}`: call it only inside a verifier worker process (`rl.reward.verify_worker`),
+which the parent kills on time-out. Importing this module imports sympy and math-verify.
 """
 
 from __future__ import annotations

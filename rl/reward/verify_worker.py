@@ -1,4 +1,4 @@
-"""The body of one answer-verifier worker process, started by `rl.verifier.VerifierPool`.
+"""The body of one answer-verifier worker process, started by `rl.reward.verifier.VerifierPool`.
 
 Protocol over a multiprocessing Connection (pickled dicts):
   worker -> parent, once, when it can take checks:  {"ready": True}
@@ -49,7 +49,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _check(request: dict[str, Any]) -> dict[str, Any]:
     global _armed
-    from rl.math_equal import is_equivalent
+    from rl.reward.math_equal import is_equivalent
 
     soft_timeout_s = float(request.get("soft_timeout_s", 0.0))
     try:
@@ -78,7 +78,7 @@ def serve(conn: Connection, memory_mb: int | None) -> None:
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    from rl.math_equal import is_equivalent  # preloaded by the fork server: no cost there
+    from rl.reward.math_equal import is_equivalent  # preloaded by the fork server: no cost there
 
     is_equivalent("1", "1")  # load the LaTeX grammar now, not during the first timed check
     conn.send({"ready": True})

@@ -1,9 +1,10 @@
 """The outcome reward (paper Eq. 3): 1.0 when the final answer equals the ground truth, else 0.0.
 
-The answer is the last `\\boxed{}` inside `<answer>...</answer>` (`rl.answer`); it is judged by
-math-verify in a worker process under a hard time limit (`rl.verifier`). A time-out, a crash or a
-missing answer scores 0.0. No format reward, no tool penalty, no length penalty; a truncated
-rollout is given 0.0 by the caller, who knows it was truncated (paper §4.3.1).
+The answer is the last `\\boxed{}` inside `<answer>...</answer>` (`rl.reward.answer`); it is
+judged by math-verify in a worker process under a hard time limit (`rl.reward.verifier`). A
+time-out, a crash or a missing answer scores 0.0. No format reward, no tool penalty, no length
+penalty; a truncated rollout is given 0.0 by the caller, who knows it was truncated (paper
+§4.3.1).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rl.answer import extract_answer
 from rl.config import GRPOConfig
-from rl.verifier import Verdict, VerifierPool
+from rl.reward.answer import extract_answer
+from rl.reward.verifier import Verdict, VerifierPool
 
 MAX_ANSWER_CHARS = 4096
 """A longer boxed answer is scored 0.0 unchecked: no real answer is this long, and parsing one

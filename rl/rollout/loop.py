@@ -1,12 +1,13 @@
 """The agentic rollout loop: generate a turn, run its tool call at once, append the response.
 
-One coroutine per rollout; a step runs hundreds concurrently (`rl.scheduler`). A turn is sampled
-until `</tool_call>` or the end of the turn. A tool call goes to the sandbox the moment its turn
-stops: no rollout waits for the others' turns (the paper's "no per-turn barrier", §3.2). The
-tool response and the next turn's header are appended unsampled, with loss mask 0. A rollout
-stops on the first turn with an `<answer>` block, a turn with neither answer nor tool call, the
-turn limit, or the response-token budget (tool responses count against it, and a rollout never
-ends on a tool response: if the response does not fit, it stops before it, as the release does).
+One coroutine per rollout; a step runs hundreds concurrently (`rl.rollout.scheduler`). A turn is
+sampled until `</tool_call>` or the end of the turn. A tool call goes to the sandbox the moment
+its turn stops: no rollout waits for the others' turns (the paper's "no per-turn barrier",
+§3.2). The tool response and the next turn's header are appended unsampled, with loss mask 0. A
+rollout stops on the first turn with an `<answer>` block, a turn with neither answer nor tool
+call, the turn limit, or the response-token budget (tool responses count against it, and a
+rollout never ends on a tool response: if the response does not fit, it stops before it, as the
+release does).
 
 One call per turn: generation stops at the first `</tool_call>` (the release executes only the
 first call of a turn too). This module is the rollout's only edge to the sandbox: it reads tool
@@ -21,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rl.engine import Engine, SamplingParams
-from rl.template import PromptTemplate
+from rl.engines.base import Engine, SamplingParams
+from rl.rollout.template import PromptTemplate
 from rl.trajectory import FinishReason, ToolRecord, Trajectory
 from trainer_client.errors import InvalidRequestError, SandboxClientError
 from trainer_client.tools import (

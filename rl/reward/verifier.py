@@ -2,7 +2,7 @@
 
 sympy can hang for minutes, in C code that holds the GIL and ignores signals (a big-integer
 power such as 9^(9^(9^9))), so neither signal.alarm nor a thread can bound a check. Each check
-runs in a worker process (`rl.verify_worker.serve`); when it overruns its limit the worker is
+runs in a worker process (`rl.reward.verify_worker.serve`); when it overruns its limit the worker is
 SIGKILLed, answered as a time-out, and replaced. The caller waits on pipes with a deadline,
 never on a process.
 
@@ -35,11 +35,11 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any, Literal
 
-from rl import verify_worker
+from rl.reward import verify_worker
 
 VerdictStatus = Literal["ok", "timeout", "error", "crashed", "unavailable"]
 
-_PRELOAD = ["rl.verify_worker", "rl.math_equal"]
+_PRELOAD = ["rl.reward.verify_worker", "rl.reward.math_equal"]
 # The worker's soft timer fires this long before the parent's SIGKILL would, so a check that is
 # merely slow in Python code ends without losing the worker.
 _SOFT_FRACTION = 0.8

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rl.engine import FinishReason, Generation, SamplingParams
+from rl.engines.base import FinishReason, Generation, SamplingParams
 
 _ids = itertools.count()
 

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from rl.engine import Engine
+from rl.engines.base import Engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """What the rollout loop needs of an inference engine: one async call per assistant turn.
 
-Three engines implement it: `rl.engine_hf.TransformersEngine` (in process, CPU or GPU),
-`rl.engine_vllm.VLLMEngine` (in process, colocated with the trainer, when vllm is installed) and
-`rl.engine_openai.OpenAIEngine` (any OpenAI-compatible server, for evaluation). The scheduler
-(`rl.scheduler`) hands each rollout to one engine by its free KV-cache capacity in tokens.
+Three engines implement it: `rl.engines.hf.TransformersEngine` (in process, CPU or GPU),
+`rl.engines.vllm_colocated.VLLMEngine` (in process, colocated with the trainer, when vllm is
+installed) and `rl.engines.openai_api.OpenAIEngine` (any OpenAI-compatible server, for
+evaluation). The scheduler (`rl.rollout.scheduler`) hands each rollout to one engine by its free
+KV-cache capacity in tokens.
 """
 
 from __future__ import annotations

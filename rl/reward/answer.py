@@ -1,7 +1,7 @@
 """Finding the final answer in a response: the last `\\boxed{}` inside `<answer>...</answer>`.
 
-Pure string functions. Judging the extracted answer is `rl.math_equal`'s job, done in worker
-processes under a time limit (`rl.verifier`).
+Pure string functions. Judging the extracted answer is `rl.reward.math_equal`'s job, done in worker
+processes under a time limit (`rl.reward.verifier`).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class TaskConfig:
 
 @dataclass(frozen=True, slots=True)
 class TemplateConfig:
-    """The prompt template (rl.template.PromptTemplate); defaults are the rStar2-Agent release's."""
+    """The prompt template (rl.rollout.template.PromptTemplate); defaults are the release's."""
 
     system: str | None = None
     """System instruction; None: the release's."""

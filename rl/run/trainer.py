@@ -27,15 +27,7 @@ from typing import Any
 import torch
 
 from rl.config import GRPOConfig
-from rl.diagnostics import answer_tag_counts, positive_tool_error_ratio
-from rl.engine import Engine
-from rl.grpo import final_rewards, policy_update, select_and_weigh
-from rl.penalties import is_failed
-from rl.reward import grade_responses, verifier_from_config
-from rl.rollout import HFCodec, RolloutSettings, run_rollout
-from rl.scheduler import RolloutJob, RolloutScheduler
-from rl.sft import SFTExample, render_demonstrations, sft_step
-from rl.tasks import (
+from rl.data.tasks import (
     Demonstration,
     Problem,
     arithmetic_demonstration,
@@ -44,10 +36,18 @@ from rl.tasks import (
     load_demonstrations,
     load_problems,
 )
-from rl.template import PromptTemplate, demonstration, rstar2_template
-from rl.train_config import StageConfig, TrainConfig
+from rl.diagnostics import answer_tag_counts, positive_tool_error_ratio
+from rl.engines.base import Engine
+from rl.grpo import final_rewards, policy_update, select_and_weigh
+from rl.penalties import is_failed
+from rl.reward.outcome import grade_responses, verifier_from_config
+from rl.reward.verifier import VerifierPool
+from rl.rollout.loop import HFCodec, RolloutSettings, run_rollout
+from rl.rollout.scheduler import RolloutJob, RolloutScheduler
+from rl.rollout.template import PromptTemplate, demonstration, rstar2_template
+from rl.run.train_config import StageConfig, TrainConfig
+from rl.sft import SFTExample, render_demonstrations, sft_step
 from rl.trajectory import Trajectory
-from rl.verifier import VerifierPool
 from trainer_client.client import SandboxClient
 from trainer_client.tools import python_tool_schema
 
@@ -166,7 +166,7 @@ class Run:
                 kwargs["attn_implementation"] = m.attn_implementation
             model = AutoModelForCausalLM.from_pretrained(m.path, **kwargs)
         else:
-            from rl.tiny import build_model, build_tokenizer
+            from rl.run.tiny import build_model, build_tokenizer
 
             tokenizer = build_tokenizer(self._tokenizer_corpus(), m.vocab_size)
             tokenizer.save_pretrained(self.run_dir / "tokenizer")
@@ -208,7 +208,7 @@ class Run:
         yield from samples
 
     def _engines(self) -> list[Engine]:
-        from rl.engine_hf import TransformersEngine
+        from rl.engines.hf import TransformersEngine
 
         engines: list[Engine] = []
         for i, e in enumerate(self.config.rollout.engines):
@@ -227,7 +227,7 @@ class Run:
                     )
                 )
             else:
-                from rl.engine_vllm import VLLMEngine
+                from rl.engines.vllm_colocated import VLLMEngine
 
                 engines.append(
                     VLLMEngine.create(
@@ -543,7 +543,7 @@ def train(
     with contextlib.ExitStack() as stack:
         url = config.sandbox.url
         if not url:
-            from rl.local_service import LocalService
+            from rl.run.local_service import LocalService
 
             service = LocalService(
                 run_dir / "sandbox.log",
@@ -558,7 +558,7 @@ def train(
     summary = {"duration_s": time.monotonic() - started, "global_steps": run.global_step}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if config.plot and run.metrics_path.exists():
-        from rl.plot import plot_metrics
+        from rl.run.plot import plot_metrics
 
         plot_metrics(run.metrics_path, run_dir / "metrics.png")
     return run_dir
@@ -592,7 +592,7 @@ async def _stages(run: Run, url: str, verifier: VerifierPool) -> None:
 
 def train_command(config_path: str, *, run_dir: str | None = None, progress: bool = True) -> int:
     """`rl-sandbox train --config FILE`: validate, train, print where the results are."""
-    from rl.train_config import ConfigError, load_config
+    from rl.run.train_config import ConfigError, load_config
 
     try:
         config = load_config(config_path)

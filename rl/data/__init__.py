@@ -1,0 +1,1 @@
+"""Problems to train on: loaders, filters and the scripted demonstrations for SFT."""

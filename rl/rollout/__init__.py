@@ -1,0 +1,1 @@
+"""The agentic rollout: chat template, generate-then-execute loop, scheduler over engines."""
