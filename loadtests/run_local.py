@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox_service.bench.command import start_private_stack, wait_ready
+from sandbox_service.bench.command import private_stack
 from sandbox_service.bench.http import loopback_target
 from sandbox_service.bench.procs import StackSampler
-from sandbox_service.local import procs
+from sandbox_service.local.private import PrivateService
 
 HERE = Path(__file__).resolve().parent
 BATCH_SIZE = 8
@@ -40,14 +40,13 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stack = None
+    stack: PrivateService | None = None
     if args.url:
         url = args.url.rstrip("/")
         loopback_target(url)
     else:
-        port = procs.free_port()
-        url = f"http://127.0.0.1:{port}"
-        stack = start_private_stack(port, args.workers)
+        stack = private_stack(args.workers).start()
+        url = stack.url
     users = ["ToolCallUser"] + ([] if args.no_sessions else ["SessionUser"])
     argv = [
         sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), *users,
@@ -61,14 +60,13 @@ def main() -> int:
     cpu: dict[str, float] = {}
     rss: dict[str, dict[str, float]] = {}
     try:
-        wait_ready(url, 120.0, stack)
         sampler = StackSampler.of_stack(stack.pid) if stack is not None else None
         if sampler is not None:
             sampler.refresh()
         code, cpu, rss = asyncio.run(_locust(argv, sampler, out))
     finally:
         if stack is not None:
-            procs.stop([stack], grace_s=60.0)
+            stack.stop()
     summary = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "cores": os.cpu_count(),

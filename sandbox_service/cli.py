@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=None, help="worker processes (default: cores)"
     )
 
+    sub.add_parser(
+        "worker-health",
+        help="exit 0 when a worker process of this host beat recently (a container health check)",
+    )
+
     bench = sub.add_parser(
         "bench", help="concurrency sweep on loopback, next to fresh `python -c`; table and plot"
     )
@@ -103,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sandbox_service.api.server import serve
 
         return serve(settings, args.host or settings.host, args.port or settings.port)
+    if args.command == "worker-health":
+        from sandbox_service.worker.health import worker_health
+
+        return worker_health(settings)
     if args.command == "worker":
         from sandbox_service.logs import configure_logging
         from sandbox_service.worker.supervisor import run_workers

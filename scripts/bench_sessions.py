@@ -23,13 +23,16 @@ Starts `rl-sandbox up` on a free loopback port (private Redis), unless --url is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sandbox_service.local.private import PrivateService
+
 import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -141,37 +144,19 @@ async def measure(url: str, trajectories: int, concurrent: int) -> list[dict[str
     return rows
 
 
-def start_service(workers: int, spares: int) -> tuple[subprocess.Popen[bytes], str]:
-    """`rl-sandbox up` on a free port; returns the process and its URL once ready."""
-    from sandbox_service.local.procs import NotReady, free_port, wait_ready
+def start_service(workers: int, spares: int) -> PrivateService:
+    """`rl-sandbox up` on a free port with session spares, once ready."""
+    from sandbox_service.local.private import PrivateService
 
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RL_SANDBOX_")}
-    env.pop("REDIS_URL", None)
-    env.update(
-        {
-            "RL_SANDBOX_WORKERS": str(workers),
-            "RL_SANDBOX_QUEUE_NAME": "bench-sessions",
-            "RL_SANDBOX_CGROUP_PARENT": "rl-sandbox-bench-sessions",
-            "RL_SANDBOX_SANDBOX_UID_BASE": "66000",
-            "RL_SANDBOX_LOG_LEVEL": "WARNING",
-            "RL_SANDBOX_SESSION_SPARES": str(spares),
-        }
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox_service.cli", "up", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, 120, proc)
-    except NotReady:
-        proc.kill()
-        raise
-    return proc, url
+    settings = {
+        "workers": str(workers),
+        "queue_name": "bench-sessions",
+        "cgroup_parent": "rl-sandbox-bench-sessions",
+        "sandbox_uid_base": "66000",
+        "log_level": "WARNING",
+        "session_spares": str(spares),
+    }
+    return PrivateService(settings).start()
 
 
 def main() -> int:
@@ -183,16 +168,16 @@ def main() -> int:
     parser.add_argument("--session-spares", type=int, default=1, help="per worker (started here)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
-    proc = None
+    service = None
     url = args.url
     if url is None:
-        proc, url = start_service(args.workers, args.session_spares)
+        service = start_service(args.workers, args.session_spares)
+        url = service.url
     try:
         rows = asyncio.run(measure(url, args.trajectories, args.concurrent))
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+        if service is not None:
+            service.stop()
     header = list(rows[0])
     print(" | ".join(header))
     for row in rows:

@@ -23,11 +23,10 @@ import psutil
 import redis
 
 from sandbox_service import keys
-from sandbox_service.bench.command import start_private_stack
+from sandbox_service.bench.command import private_stack
 from sandbox_service.broker import jobqueue
 from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import JobPayload, encode_result, result_to_wire
-from sandbox_service.local import procs
 from sandbox_service.local.redis_server import start_redis_server
 
 
@@ -63,10 +62,8 @@ def redis_footprint(jobs: int) -> dict[str, float]:
 
 
 def slot_footprint(workers: int) -> dict[str, Any]:
-    port = procs.free_port()
-    stack = start_private_stack(port, workers)
+    stack = private_stack(workers).start(ready_timeout_s=180)
     try:
-        procs.wait_ready(f"http://127.0.0.1:{port}", 180, stack)
         time.sleep(5)
         slots = []
         api_rss = 0.0
@@ -84,7 +81,7 @@ def slot_footprint(workers: int) -> dict[str, Any]:
             )
         return {"slots": slots, "api_rss_mib_idle": round(api_rss, 1)}
     finally:
-        procs.stop([stack], 60)
+        stack.stop()
 
 
 def main() -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import glob
 import json
 import os
@@ -43,11 +42,6 @@ CORE = f"{PREFIX}core"
 REDIS_PORT = 6390
 API_PORT = 8000
 SUBNET = "10.231"
-
-
-def _die_with_parent() -> None:
-    # Between fork and exec: SIGKILL this child if the script dies, even by SIGKILL.
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def sh(*argv: str) -> None:
@@ -99,7 +93,7 @@ class Cluster:
         with (self.log_dir / log).open("ab") as out:
             proc = subprocess.Popen(
                 in_ns(ns, argv), env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=procs.die_with_parent,
             )  # fmt: skip
         self.processes.append(proc)
 

@@ -222,7 +222,7 @@ def _worker(
     if (sc.get("appArmorProfile") or {}).get("type") != "Unconfined":
         out.append("nsjail mounts, which the runtime's default AppArmor profile forbids")
     if not c.get("livenessProbe"):
-        out.append("needs a livenessProbe (rl-sandbox-worker-healthcheck)")
+        out.append("needs a livenessProbe (rl-sandbox worker-health)")
     if grace_s < settings.job_timeout_s(settings.max_timeout):
         out.append("terminationGracePeriodSeconds is shorter than the longest job")
     res = c.get("resources") or {}

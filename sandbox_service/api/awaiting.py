@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from sandbox_service import keys
 from sandbox_service.broker.jobqueue import JobQueue, JobState, NewJob
+from sandbox_service.broker.liveness import Liveness
 from sandbox_service.execution import Status
 from sandbox_service.jobs import JobPayload, ResultDict, decode_notice, failure_result
 from sandbox_service.logs import fields
@@ -194,7 +195,7 @@ class Awaiter:
         if not due:
             return
         due = due[:5000]
-        alive_since = time.time() - self._settings.worker_dead_after_s
+        alive_since = Liveness.of(self._settings).alive_since()
         states: list[JobState] = await self._run_sync(self._job_queue.inspect, due, alive_since)
         # Cells of a session stranded on a dead worker's queue may wait behind one that was
         # running there: look at the session's other jobs now, so that the running one is run

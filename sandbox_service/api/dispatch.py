@@ -35,6 +35,7 @@ from sandbox_service import keys
 from sandbox_service.api.awaiting import Awaiter
 from sandbox_service.broker import jobqueue
 from sandbox_service.broker.jobqueue import JobQueue, NewJob
+from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.settings import Settings
@@ -250,14 +251,12 @@ class Dispatcher:
 
     async def live_workers(self) -> int:
         """Workers whose heartbeat is fresh."""
-        alive_since = time.time() - self.settings.worker_dead_after_s
-        count: int = await self.redis.zcount(
-            keys.alive(self.settings.queue_name), alive_since, "+inf"
-        )
-        return count
+        return await Liveness.of(self.settings).count_live(self.redis)
 
     async def queue_depth(self) -> int:
         """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""
         queue = self.settings.queue_name
-        depth = await self._depth_script(keys=[keys.rq_queue(queue), keys.alive(queue)])
+        depth = await self._depth_script(
+            keys=[keys.rq_queue(queue), Liveness.of(self.settings).key]
+        )
         return int(depth)

@@ -18,8 +18,6 @@ import json
 import logging
 import os
 import resource
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,17 +28,17 @@ from sandbox_service.bench.points import Point, baseline_point, service_point
 from sandbox_service.bench.procs import StackSampler
 from sandbox_service.bench.report import Progress, plot, ratios, table
 from sandbox_service.bench.workloads import WORKLOADS, Workload
-from sandbox_service.local import procs
+from sandbox_service.local.private import PrivateService
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = (1, 4, 16, 64, 256, 1024)
-BENCH_ENV = {
-    "RL_SANDBOX_LOG_LEVEL": "WARNING",
-    "RL_SANDBOX_MAX_QUEUE_DEPTH": "100000",
-    "RL_SANDBOX_QUEUE_NAME": "rl-sandbox-bench",
-    "RL_SANDBOX_CGROUP_PARENT": "rl-sandbox-bench",
-    "RL_SANDBOX_SANDBOX_UID_BASE": "64000",
+BENCH_SETTINGS = {
+    "log_level": "WARNING",
+    "max_queue_depth": "100000",
+    "queue_name": "rl-sandbox-bench",
+    "cgroup_parent": "rl-sandbox-bench",
+    "sandbox_uid_base": "64000",
 }
 """Settings of the private stack (unless set in the environment): quiet, a queue deep enough for
 the largest sweep, and jail uids and cgroups of its own beside any other service on the host."""
@@ -177,7 +175,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
             raise SystemExit(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     _raise_open_files(2 * max(options.concurrency) + 256)
-    stack = None
+    stack: PrivateService | None = None
     sampler: StackSampler | None = None
     total = len(options.workloads) * (1 + len(options.concurrency))
     if options.baseline:
@@ -187,26 +185,24 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
     started = time.time()
     if options.url is None:
-        port = procs.free_port()
-        url = f"http://127.0.0.1:{port}"
-        stack = start_private_stack(port, options.workers)
+        stack = private_stack(options.workers)
+        try:
+            stack.start()
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from exc
+        url = stack.url
         sampler = StackSampler.of_stack(stack.pid)
     else:
         url = options.url.rstrip("/")
-        loopback_target(url)
         sampler = StackSampler.of_listener(loopback_target(url)[1])
     try:
-        try:
-            procs.wait_ready(url, 120.0, stack)
-        except procs.NotReady as exc:
-            raise SystemExit(str(exc)) from exc
         if sampler is not None:
             sampler.refresh()
         points = asyncio.run(measure(url, options, sampler, progress))
     finally:
         progress.close()
         if stack is not None:
-            procs.stop([stack], grace_s=60.0)
+            stack.stop()
     rows = [p.row() for p in points]
     report: dict[str, Any] = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
@@ -240,16 +236,9 @@ def _raise_open_files(needed: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
-def start_private_stack(port: int, workers: int | None) -> subprocess.Popen[bytes]:
-    """`rl-sandbox up` on 127.0.0.1:port with BENCH_ENV, as a child that dies with us."""
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "RL_SANDBOX_REDIS_URL")}
-    for key, value in BENCH_ENV.items():
-        env.setdefault(key, value)
-    argv = [sys.executable, "-m", "sandbox_service.cli", "up", "--port", str(port)]
-    if workers is not None:
-        argv += ["--workers", str(workers)]
-    # Its banner goes nowhere (it would break the progress bar); its logs stay on stderr.
-    return procs.spawn(argv, env, stdout=subprocess.DEVNULL)
+def private_stack(workers: int | None) -> PrivateService:
+    """The bench's own `rl-sandbox up` (BENCH_SETTINGS unless set in our environment)."""
+    return PrivateService(BENCH_SETTINGS, inherit_settings=True, workers=workers)
 
 
 def bench_command(args: Any) -> int:

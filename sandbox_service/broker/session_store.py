@@ -23,13 +23,13 @@ import base64
 import json
 import math
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
 
 from sandbox_service import keys
+from sandbox_service.broker.liveness import Liveness
 from sandbox_service.execution import RecordedCell
 from sandbox_service.settings import Settings
 
@@ -153,7 +153,7 @@ class SessionStore:
         self._queue = queue_name
         self._ttl_s = ttl_s
         self._inflight_ttl_s = ttl_s + math.ceil(inflight_s)
-        self._dead_after_s = dead_after_s
+        self._liveness = Liveness(queue_name, dead_after_s)
         self._claim = connection.register_script(_CLAIM)
         self._state = connection.register_script(_STATE)
         self._record = connection.register_script(_RECORD)
@@ -182,11 +182,11 @@ class SessionStore:
         A cell claims an owner for its session (recorded, so that the next cells follow it); an
         end-session request only finds the live owner, else goes to the shared queue.
         """
-        alive_since = time.time() - self._dead_after_s
+        alive_since = self._liveness.alive_since()
         with self._redis.pipeline(transaction=False) as pipe:
             for session_id, is_cell in sessions:
                 self._claim(
-                    keys=[*self._keys(session_id), keys.alive(self._queue)],
+                    keys=[*self._keys(session_id), self._liveness.key],
                     args=[random.getrandbits(31), alive_since, self._inflight_ttl_s, int(is_cell)],
                     client=pipe,
                 )

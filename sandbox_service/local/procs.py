@@ -12,12 +12,16 @@ import threading
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
+from typing import IO
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: if the parent dies (even by SIGKILL), so does it.
+def die_with_parent() -> None:
+    """Tie this process to its parent's life: when the parent dies (even by SIGKILL), so does it.
+
+    Use as `preexec_fn` (between fork and exec, from a single-threaded spawner) or call early in
+    a child process (multiprocessing)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -25,7 +29,8 @@ def _die_with_parent() -> None:
 def spawn(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
-    stdout: int | None = None,
+    stdout: int | IO[bytes] | None = None,
+    stderr: int | IO[bytes] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start argv in its own process group (terminal Ctrl-C goes to us, who stop children in
     order) and tied to our life."""
@@ -34,8 +39,9 @@ def spawn(
         env=dict(env) if env is not None else None,
         stdin=subprocess.DEVNULL,
         stdout=stdout,
+        stderr=stderr,
         start_new_session=True,
-        preexec_fn=_die_with_parent,  # our spawners are single-threaded
+        preexec_fn=die_with_parent,  # our spawners are single-threaded
     )
 
 

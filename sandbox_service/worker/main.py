@@ -23,6 +23,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.broker import jobqueue
+from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.execution import ExecutionResult, Limits, Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
@@ -175,10 +176,10 @@ class Heartbeat:
     """A thread that keeps this worker's score in the `alive` set fresh."""
 
     def __init__(
-        self, connection: redis.Redis, queue_name: str, name: str, interval_s: float
+        self, connection: redis.Redis, liveness: Liveness, name: str, interval_s: float
     ) -> None:
         self._redis = connection
-        self._key = keys.alive(queue_name)
+        self._liveness = liveness
         self._name = name
         self._interval_s = interval_s
         self._stop = threading.Event()
@@ -192,19 +193,13 @@ class Heartbeat:
         """Stop beating and leave the alive set."""
         self._stop.set()
         self._thread.join(timeout=5)
-        with contextlib.suppress(redis.RedisError):
-            self._redis.zrem(self._key, self._name)
+        self._liveness.leave(self._redis, self._name)
 
     def _run(self) -> None:
         while True:
-            now = time.time()
-            try:
-                with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.zadd(self._key, {self._name: now})
-                    pipe.zremrangebyscore(self._key, "-inf", now - 3600)
-                    pipe.execute()
-            except redis.RedisError:
-                pass  # the API counts this worker dead meanwhile; beats resume with Redis
+            # Redis away: the API counts this worker dead meanwhile; beats resume with Redis.
+            with contextlib.suppress(redis.RedisError):
+                self._liveness.beat(self._redis, self._name)
             if self._stop.wait(self._interval_s):
                 return
 
@@ -228,7 +223,7 @@ def run(settings: Settings, slot: int) -> int:
         log.exception("executor failed to start", extra=fields(slot=slot))
         return 3
     connection = jobqueue.connect_worker(settings.redis_url)
-    heartbeat = Heartbeat(beat_connection, settings.queue_name, name, settings.worker_heartbeat_s)
+    heartbeat = Heartbeat(beat_connection, Liveness.of(settings), name, settings.worker_heartbeat_s)
     heartbeat.start()
     sessions.start()
     own_queue = keys.worker_queue(settings.queue_name, name)

@@ -8,7 +8,6 @@ current job (RQ warm shutdown) within shutdown_grace_s, then whatever is left is
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import time
 
 import redis
 
-from sandbox_service import keys
+from sandbox_service.broker.liveness import Liveness
 from sandbox_service.local import procs
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
@@ -54,7 +53,7 @@ def run_workers(settings: Settings, count: int) -> int:
             if code is None:
                 continue
             del children[slot]
-            _forget(connection, settings.queue_name, worker_name(slot, child.pid))
+            _forget(connection, settings, worker_name(slot, child.pid))
             if now - started_at[slot] > STABLE_AFTER_S:
                 crashes[slot] = 0
             delay = RESTART_BACKOFF_S[min(crashes[slot], len(RESTART_BACKOFF_S) - 1)]
@@ -69,11 +68,10 @@ def run_workers(settings: Settings, count: int) -> int:
     log.info("stopping workers", extra=fields(grace_s=settings.shutdown_grace_s))
     procs.stop(list(children.values()), settings.shutdown_grace_s)
     for slot, child in children.items():
-        _forget(connection, settings.queue_name, worker_name(slot, child.pid))
+        _forget(connection, settings, worker_name(slot, child.pid))
     return 0
 
 
-def _forget(connection: redis.Redis, queue_name: str, name: str) -> None:
-    with contextlib.suppress(redis.RedisError):  # its heartbeat goes stale on its own
-        connection.zrem(keys.alive(queue_name), name)
-    forget_worker_queue(connection, queue_name, name)
+def _forget(connection: redis.Redis, settings: Settings, name: str) -> None:
+    Liveness.of(settings).leave(connection, name)
+    forget_worker_queue(connection, settings.queue_name, name)

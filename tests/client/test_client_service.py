@@ -12,8 +12,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 from fault_transport import FaultInjectingTransport, connect_error, drop, slow, status
-from service_process import Service, free_port
+from service_process import Service
 
+from sandbox_service.local.procs import free_port
 from trainer_client import (
     DeadlineExceededError,
     ExecuteResult,

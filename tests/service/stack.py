@@ -8,7 +8,6 @@ tail is shown when a stack fails to start.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import redis
 
+from sandbox_service.local.private import service_env
 from sandbox_service.local.procs import free_port
 
 READY_TIMEOUT_S = 90.0
@@ -25,21 +25,16 @@ READY_TIMEOUT_S = 90.0
 
 def stack_env(redis_url: str, name: str, uid_base: int, **settings: object) -> dict[str, str]:
     """The environment of one stack's processes (settings as RL_SANDBOX_<NAME>)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RL_SANDBOX_")}
-    env.pop("REDIS_URL", None)
-    env.update(
-        {
-            "RL_SANDBOX_REDIS_URL": redis_url,
-            "RL_SANDBOX_QUEUE_NAME": f"rlst-{name}",
-            "RL_SANDBOX_CGROUP_PARENT": f"rl-sandbox-svctest-{name}",
-            "RL_SANDBOX_SANDBOX_UID_BASE": str(uid_base),
-            "RL_SANDBOX_WORKERS": "2",
-            "RL_SANDBOX_LOG_LEVEL": "INFO",
-            "RL_SANDBOX_SHUTDOWN_GRACE_S": "10",
-        }
-    )
-    env.update({f"RL_SANDBOX_{key.upper()}": str(value) for key, value in settings.items()})
-    return env
+    defaults = {
+        "redis_url": redis_url,
+        "queue_name": f"rlst-{name}",
+        "cgroup_parent": f"rl-sandbox-svctest-{name}",
+        "sandbox_uid_base": str(uid_base),
+        "workers": "2",
+        "log_level": "INFO",
+        "shutdown_grace_s": "10",
+    }
+    return service_env({**defaults, **{key: str(value) for key, value in settings.items()}})
 
 
 def spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -41,20 +41,6 @@ def test_pure_modules_import_no_io_library() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_only_jobqueue_imports_rq() -> None:
-    import pathlib
-
-    import sandbox_service
-
-    root = pathlib.Path(sandbox_service.__file__).parent
-    importers = sorted(
-        path.name
-        for path in root.rglob("*.py")
-        if any(line.startswith(("import rq", "from rq")) for line in path.read_text().splitlines())
-    )
-    assert importers == ["jobqueue.py"]
-
-
 def test_payload_round_trips_and_builds_the_spec() -> None:
     payload = JobPayload(
         code="print(1)", stdin="in", timeout_s=2.5, memory_mb=256,
