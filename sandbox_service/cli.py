@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sandbox_service.settings import Settings
+from sandbox_service.settings import Settings, UnknownSettingError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,8 +85,16 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+    """Entry point of the console script; a misspelled setting stops it with exit status 2."""
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except UnknownSettingError as exc:
+        print(f"rl-sandbox: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "run":
         from sandbox_service.local.run_once import run_once
 

@@ -2,20 +2,64 @@
 
 from __future__ import annotations
 
+import difflib
 import os
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 ExecutorMode = Literal["warm", "cold"]
+
+ENV_PREFIX = "RL_SANDBOX_"
+
+
+class UnknownSettingError(ValueError):
+    """An RL_SANDBOX_* environment variable names no setting (a typo must not be ignored)."""
+
+
+def unknown_settings(environ: Mapping[str, str], known: Iterable[str]) -> list[str]:
+    """One message per RL_SANDBOX_* name in `environ` that is not in `known` (upper case),
+    naming the closest valid setting."""
+    valid = sorted({name.upper() for name in known if name.upper().startswith(ENV_PREFIX)})
+    messages = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in valid:
+            continue
+        close = difflib.get_close_matches(upper, valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        messages.append(f"{name} is not a setting{hint}")
+    return messages
+
+
+class _RejectUnknownEnvironment(PydanticBaseSettingsSource):
+    """A settings source that reads nothing and refuses unknown RL_SANDBOX_* variables."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        problems = unknown_settings(os.environ, setting_env_names())
+        if problems:
+            raise UnknownSettingError(
+                "unknown settings in the environment (see sandbox_service/settings.py): "
+                + "; ".join(problems)
+            )
+        return {}
 
 
 class Settings(BaseSettings):
     """Every server setting, with its default; set any of them as RL_SANDBOX_<NAME>."""
 
     model_config = SettingsConfigDict(
-        env_prefix="RL_SANDBOX_", extra="forbid", frozen=True, populate_by_name=True
+        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True
     )
 
     # --- request limits (API spec) ---
@@ -34,7 +78,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """Largest accepted HTTP body; larger bodies get 413."""
     api_key: str | None = None
-    """When set, every endpoint but /healthz requires `Authorization: Bearer <api_key>`."""
+    """When set, every endpoint but /healthz, /readyz and /metrics requires
+    `Authorization: Bearer <api_key>`."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(
@@ -110,6 +155,23 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     """Level of the JSON-lines logs on stderr."""
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            _RejectUnknownEnvironment(settings_cls),
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            file_secret_settings,
+        )
+
     @model_validator(mode="after")
     def _heartbeats_fit(self) -> Settings:
         # (Timeouts nest by construction: program limit < job_timeout_s < api_wait_s.)
@@ -124,3 +186,17 @@ class Settings(BaseSettings):
     def api_wait_s(self, program_timeout_s: float) -> float:
         """How long the API waits for a result before answering sandbox_error."""
         return self.queue_deadline_s + self.job_timeout_s(program_timeout_s) + 5.0
+
+
+def setting_env_names() -> frozenset[str]:
+    """Every environment variable the settings read: RL_SANDBOX_<FIELD> and explicit aliases."""
+    names: set[str] = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names.update(str(c).upper() for c in alias.choices if isinstance(c, str))
+        elif isinstance(alias, str):
+            names.add(alias.upper())
+        else:
+            names.add(f"{ENV_PREFIX}{name}".upper())
+    return frozenset(names)

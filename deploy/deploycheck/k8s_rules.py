@@ -3,7 +3,9 @@
 Workloads: selectors select, images are pinned, every container has requests and a memory limit,
 no service-account token, no service links. API and worker containers: their commands parse with
 the CLI, their environment builds valid Settings; the API is unprivileged and probed on /healthz
-and /readyz; the worker has exactly the documented capabilities, no secret, room for its slots.
+and /readyz; every HTTP probe and scrape annotation names a path served without the API key
+(a kubelet or a Prometheus cannot send one: a probe of an authenticated path never passes);
+the worker has exactly the documented capabilities, no secret, room for its slots.
 Wiring: Services, autoscalers and PodDisruptionBudgets point at real pods, KEDA watches the queue
 the workers serve, NetworkPolicies deny by default, namespaces admit the worker.
 """
@@ -23,6 +25,7 @@ from deploycheck.service import (
     secret_problems,
     settings_for,
 )
+from sandbox_service.api.edge import OPEN_PATHS
 from sandbox_service.settings import Settings
 
 Obj = dict[str, Any]
@@ -107,6 +110,12 @@ def _workload(r: Objects, dep: Obj) -> tuple[list[str], Settings | None]:
         # rl-sandbox-* those share the RL_SANDBOX_ prefix of the settings.
         out.append("set enableServiceLinks: false (service variables collide with settings)")
     settings = None
+    annotations = (dep["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+    scrape_path = annotations.get("prometheus.io/path")
+    if annotations.get("prometheus.io/scrape") == "true" and (scrape_path or "/metrics") not in (
+        OPEN_PATHS
+    ):
+        out.append(f"prometheus.io/path {scrape_path} needs the API key: scrapers cannot send one")
     for c in pod.get("containers", []):
         image = c.get("image", "")
         if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"):
@@ -125,10 +134,27 @@ def _workload(r: Objects, dep: Obj) -> tuple[list[str], Settings | None]:
                 out.append(f"container {c['name']}: set allowPrivilegeEscalation: false")
             if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
                 out.append(f"container {c['name']}: drop ALL capabilities")
+        out += [f"container {c['name']}: {p}" for p in open_path_problems(c)]
         if target is not None:
             problems, settings = _service_container(r, pod, c, target)
             out += [f"container {c['name']}: {p}" for p in problems]
     return out, settings
+
+
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+
+
+def open_path_problems(c: Obj) -> list[str]:
+    """HTTP probes must GET a path served without the API key (edge.OPEN_PATHS)."""
+    out = []
+    for probe in PROBES:
+        get = (c.get(probe) or {}).get("httpGet")
+        if get is not None and get.get("path", "/") not in OPEN_PATHS:
+            out.append(
+                f"{probe} GETs {get.get('path', '/')}, which needs the API key: it never passes "
+                f"when a key is set (open paths: {', '.join(sorted(OPEN_PATHS))})"
+            )
+    return out
 
 
 def _env(r: Objects, c: Obj) -> tuple[dict[str, str], list[str], list[str]]:

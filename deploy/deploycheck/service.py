@@ -8,10 +8,10 @@ import io
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
-from pydantic import AliasChoices, ValidationError
+from pydantic import ValidationError
 
 from sandbox_service.cli import build_parser
-from sandbox_service.settings import Settings
+from sandbox_service.settings import Settings, setting_env_names
 
 CLI = "rl-sandbox"
 WRAPPER = "rl-sandbox-worker-entrypoint"
@@ -22,21 +22,6 @@ WORKER_CAPABILITIES = frozenset({"SETGID", "SETUID", "SYS_ADMIN"})
 (and how each was found necessary, and CHOWN, DAC_OVERRIDE, FOWNER, KILL unnecessary)."""
 
 _SECRET_WORDS = ("KEY", "SECRET", "PASSWORD", "PASSWD", "TOKEN", "CREDENTIAL")
-
-
-def setting_env_names() -> frozenset[str]:
-    """Every environment variable the settings read: RL_SANDBOX_<FIELD> and explicit aliases."""
-    prefix = Settings.model_config.get("env_prefix", "")
-    names: set[str] = set()
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        if isinstance(alias, AliasChoices):
-            names.update(str(c).upper() for c in alias.choices if isinstance(c, str))
-        elif isinstance(alias, str):
-            names.add(alias.upper())
-        else:
-            names.add(f"{prefix}{name}".upper())
-    return frozenset(names)
 
 
 def parse_command(

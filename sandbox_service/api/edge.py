@@ -19,8 +19,9 @@ from sandbox_service.logs import fields, request_id_from_header, request_id_var
 
 log = logging.getLogger("sandbox_service.access")
 
-OPEN_PATHS = frozenset({"/healthz"})
-"""Paths served without the API key."""
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Paths served without the API key: the operational ones, which probes and scrapers call and
+which cannot carry a secret (restrict them by network; they reveal no user data)."""
 
 KNOWN_ROUTES = frozenset(
     {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}

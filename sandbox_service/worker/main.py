@@ -28,7 +28,7 @@ from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.execution import ExecutionResult, Limits, Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
-from sandbox_service.settings import Settings
+from sandbox_service.settings import Settings, UnknownSettingError
 
 if TYPE_CHECKING:
     from sandbox_service.jail import JailExecutor
@@ -251,7 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rl-sandbox-worker")
     parser.add_argument("--slot", type=int, required=True, help="executor slot index")
     args = parser.parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except UnknownSettingError as exc:
+        print(f"rl-sandbox-worker: {exc}", file=sys.stderr)
+        return 2
     configure_logging("worker", settings.log_level)
     return run(settings, args.slot)
 

@@ -172,6 +172,21 @@ def test_rules_catch_broken_wiring() -> None:
     assert any("serve" in p for p in _rules(broken))
 
 
+def test_probes_and_scrapes_of_authenticated_paths_are_caught() -> None:
+    """The production overlay sets an API key: a probe of a keyed path would never pass."""
+    objs = _rendered("overlays/production")
+    broken = copy.deepcopy(objs)
+    api = _find(broken, "Deployment", "rl-sandbox-api")["spec"]["template"]
+    api["spec"]["containers"][0]["startupProbe"]["httpGet"]["path"] = "/openapi.json"
+    api["metadata"]["annotations"]["prometheus.io/path"] = "/docs"
+    problems = _rules(broken)
+    assert any("startupProbe GETs /openapi.json, which needs the API key" in p for p in problems)
+    assert any("prometheus.io/path /docs needs the API key" in p for p in problems)
+    worker = _find(broken, "Deployment", "rl-sandbox-worker")["spec"]["template"]["spec"]
+    worker["containers"][0]["livenessProbe"] = {"httpGet": {"path": "/execute", "port": 8000}}
+    assert any("livenessProbe GETs /execute" in p for p in _rules(broken))
+
+
 def test_compose_rules_bite(tmp_path: Path) -> None:
     document = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     for svc in document["services"].values():

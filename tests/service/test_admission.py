@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,21 +130,31 @@ def keyed_api(stack: Stack, logs_dir: Path) -> Iterator[Stack]:
     [
         ("POST", "/execute"),
         ("POST", "/execute/batch"),
-        ("GET", "/readyz"),
-        ("GET", "/metrics"),
+        ("DELETE", "/sessions/s1"),
         ("GET", "/docs"),
         ("GET", "/openapi.json"),
     ],
 )
-async def test_api_key_is_required_everywhere_but_healthz(
+async def test_api_key_is_required_everywhere_but_the_operational_paths(
     keyed_api: Stack, method: str, path: str
 ) -> None:
     body = {"code": "print(1)"} if path == "/execute" else {"requests": [{"code": "print(1)"}]}
     async with httpx.AsyncClient(base_url=keyed_api.url, timeout=30) as client:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"}):
-            response = await client.request(method, path, json=body, headers=headers)
+            content = None if method == "DELETE" else json.dumps(body)
+            response = await client.request(method, path, content=content, headers=headers)
             assert response.status_code == 401, headers
         good = {"Authorization": "Bearer s3cret-key"}
-        response = await client.request(method, path, json=body, headers=good)
-        assert response.status_code == 200
+        content = None if method == "DELETE" else json.dumps(body)
+        response = await client.request(method, path, content=content, headers=good)
+        assert response.status_code == (404 if method == "DELETE" else 200)
+
+
+async def test_probes_and_scrapers_need_no_api_key(keyed_api: Stack) -> None:
+    """Kubelets and Prometheus cannot carry a secret: /healthz, /readyz, /metrics stay open."""
+    async with httpx.AsyncClient(base_url=keyed_api.url, timeout=30) as client:
         assert (await client.get("/healthz")).status_code == 200
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        metrics = await client.get("/metrics")
+        assert metrics.status_code == 200 and "rl_sandbox_" in metrics.text

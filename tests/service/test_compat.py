@@ -357,7 +357,7 @@ async def test_compat_routes_need_the_api_key_and_are_counted(compat_api: Stack)
                 assert response.status_code == 401, (path, headers)
             good = {"Authorization": f"Bearer {KEY}"}
             assert (await client.post(path, json=body, headers=good)).status_code == 200
-        metrics = (await client.get("/metrics", headers=good)).text
+        metrics = (await client.get("/metrics")).text
     for path in bodies:
         assert f'code="200",route="{path}"' in metrics
 
