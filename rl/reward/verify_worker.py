@@ -12,7 +12,6 @@ big-integer power in C. EOF on the connection ends the worker.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 import signal
@@ -20,7 +19,7 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-_PR_SET_PDEATHSIG = 1
+from sandbox_service.local.procs import die_with_parent
 
 
 class _SoftTimeout(BaseException):
@@ -33,18 +32,6 @@ _armed = False
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
     if _armed:
         raise _SoftTimeout
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL us when our parent (the fork server) dies, as it does with the
-    trainer, so a check stuck in C cannot outlive the trainer."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return  # not Linux: EOF on the connection still ends an idle worker
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(0)
 
 
 def _check(request: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +58,7 @@ def _check(request: dict[str, Any]) -> dict[str, Any]:
 
 def serve(conn: Connection, memory_mb: int | None) -> None:
     """Answer checks on conn until EOF (the process target of every worker)."""
-    _die_with_parent(os.getppid())
+    die_with_parent(os.getppid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's; the pool stops us
     signal.signal(signal.SIGALRM, _on_alarm)
     if memory_mb:

@@ -17,13 +17,16 @@ from typing import IO
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent_pid: int | None = None) -> None:
     """Tie this process to its parent's life: when the parent dies (even by SIGKILL), so does it.
 
     Use as `preexec_fn` (between fork and exec, from a single-threaded spawner) or call early in
-    a child process (multiprocessing)."""
+    a child process (multiprocessing) with the parent's pid, which closes the race of a parent
+    that died before the request took effect."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(0)
 
 
 def spawn(
