@@ -3,6 +3,11 @@
 Runs with no time limit of its own, and sympy can hang (in C, holding the GIL) on inputs such
 as `9^{9^{9^9}}`: call it only inside a verifier worker process (`rl.reward.verify_worker`),
 which the parent kills on time-out. Importing this module imports sympy and math-verify.
+
+Self-contained (the standard library, sympy and math-verify only, no package imports): the
+service's `POST /verify` runs this file's source inside the jail (sandbox_service/jail/
+verify_program.py), since math-verify hands parts of the answer to sympy's `parse_expr`, which
+evaluates them with `eval`.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from typing import Literal
 
 import sympy  # type: ignore[import-untyped,unused-ignore]
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -77,12 +83,25 @@ def _integer_exact(gold: object, prediction: object) -> bool:
     return True
 
 
+Comparison = Literal["equal", "not_equal", "unparsable_answer", "unparsable_reference"]
+
+
+def compare(prediction: str, gold: str, *, rel_tol: float = 1e-6) -> Comparison:
+    """Whether prediction and gold denote the same mathematical object, or which of them could
+    not be read (no time limit here)."""
+    gold_parsed = list(_parse(gold))
+    if not gold_parsed:
+        return "unparsable_reference"
+    pred_parsed = list(_parse(prediction))
+    if not pred_parsed:
+        return "unparsable_answer"
+    if verify(gold_parsed, pred_parsed, timeout_seconds=None):
+        equal = _integer_exact(gold_parsed[0], pred_parsed[0])
+    else:
+        equal = _numerically_close(gold_parsed[0], pred_parsed[0], rel_tol)
+    return "equal" if equal else "not_equal"
+
+
 def is_equivalent(prediction: str, gold: str, *, rel_tol: float = 1e-6) -> bool:
     """True when prediction and gold denote the same mathematical object (no time limit here)."""
-    gold_parsed = list(_parse(gold))
-    pred_parsed = list(_parse(prediction))
-    if not gold_parsed or not pred_parsed:
-        return False
-    if verify(gold_parsed, pred_parsed, timeout_seconds=None):
-        return _integer_exact(gold_parsed[0], pred_parsed[0])
-    return _numerically_close(gold_parsed[0], pred_parsed[0], rel_tol)
+    return compare(prediction, gold, rel_tol=rel_tol) == "equal"

@@ -28,6 +28,7 @@ from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
 from sandbox_service.api.edge import Edge
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.api.validation import check_batch, check_request
+from sandbox_service.api.verify import verify_router
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.models import BatchRequest, BatchResponse, ExecuteRequest, ExecuteResult
@@ -191,6 +192,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(codejudge_router(settings, run_requests, metrics))
     app.include_router(sandboxfusion_router(settings, run_requests, metrics))
+    app.include_router(verify_router(settings, run))
     _document_bodies(app, (ExecuteRequest, BatchRequest))
     return app
 
