@@ -12,11 +12,12 @@ DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
 # even with the several-GB PyTorch wheel of the `rl` extra.
 EXTRAS ?= dev,rl,deploy
 
-.PHONY: help setup system-packages run test test-fast lint format bench loadtest deploy-check clean demo-rl
+.PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench loadtest deploy-check clean demo-rl
 
 help:
 	@echo "make run    - set up and run the service locally (API on http://127.0.0.1:8000)"
 	@echo "make test   - set up and run the full test suite"
+	@echo "make test-cgroup2 - tests/cgroup2 inside a cgroup v2 guest (QEMU)"
 	@echo "make lint   - ruff and mypy"
 
 setup: system-packages $(STAMP)
@@ -51,6 +52,16 @@ test: setup
 
 test-fast: setup
 	$(VENV)/bin/pytest -m "not slow"
+
+# tests/cgroup2 (the jail's limits and an `rl-sandbox up` round trip) on a real cgroup v2 kernel:
+# a Debian 12 guest under QEMU (software emulation), built from the package registries into
+# ~/.cache/rl-sandbox/cgroup2-guest and kept there (a rebuild only redoes what changed).
+# GUEST_TIMEOUT_S is the backstop on the whole guest run. See docs/deploy.md, "cgroup v2".
+GUEST_TIMEOUT_S ?= 1200
+test-cgroup2: setup
+	scripts/cgroup2_guest/build.sh "$$(scripts/find-python.sh $(PYTHON_VERSION))"
+	TIMEOUT=$(GUEST_TIMEOUT_S) scripts/cgroup2_guest/run.sh \
+	  'python -m pytest tests/cgroup2 -q -rA -p no:cacheprovider -o timeout=900 --durations=0'
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -13,7 +13,7 @@ say() { echo "rl-sandbox-worker-entrypoint: $*" >&2; }
 die() { say "$*"; say "see docs/deploy.md, section 'Worker privileges'"; exit 1; }
 
 # Container runtimes mount the cgroup filesystem read-only. The worker puts each jail in its own
-# sub-cgroup (memory and pids limits), so it needs it writable. With a private cgroup namespace
+# sub-cgroup (memory, pids and CPU limits), so it needs it writable. With a private cgroup namespace
 # (compose `cgroup: private`, the default of Kubernetes on cgroup v2) the remount exposes only
 # this container's own subtree. Needs CAP_SYS_ADMIN and no AppArmor rule against mount.
 # The read-only flag is the mount's own, not the filesystem's (the host's view stays writable):
@@ -25,33 +25,39 @@ make_writable() {
 }
 
 if [ -f "$cg/cgroup.controllers" ]; then
-  # cgroup v2. A cgroup that holds processes cannot hand controllers to its children (the
-  # no-internal-processes rule), so this container's own processes move to a leaf first.
+  # cgroup v2. The worker creates $parent and delegates +memory +pids +cpu to it itself
+  # (sandbox_service/jail/cgroup_delegation.py), but a cgroup that holds processes cannot hand
+  # controllers to its children (the no-internal-processes rule), and in a private cgroup
+  # namespace the container's own cgroup is such a cgroup: its processes move to a leaf first.
   make_writable "$cg"
   mkdir -p "$cg/supervisor"
   while read -r pid; do
     echo "$pid" >"$cg/supervisor/cgroup.procs" 2>/dev/null || true
   done <"$cg/cgroup.procs"
-  wanted=""
-  for c in memory pids cpu; do
-    grep -qw "$c" "$cg/cgroup.controllers" && wanted="$wanted +$c"
-  done
-  case "$wanted" in *memory*pids*) ;; *) die "cgroup v2 lacks the memory or pids controller" ;; esac
-  mkdir -p "$cg/$parent"
-  # shellcheck disable=SC2086  # one word per controller
-  if ! { echo $wanted >"$cg/cgroup.subtree_control" \
-         && echo $wanted >"$cg/$parent/cgroup.subtree_control"; }; then
-    die "cannot delegate the$wanted controllers to $cg/$parent"
-  fi
-  say "cgroup v2: jails go under $cg/$parent ($wanted )"
+  # The worker's own delegation, run now so that a refusal stops the container with its reason.
+  delegated=$(python -c '
+import sys
+from pathlib import Path
+from sandbox_service.jail.cgroup_delegation import DelegationError, delegate_parent
+try:
+    print(" ".join(sorted(delegate_parent(sys.argv[1], Path(sys.argv[2])))))
+except DelegationError as exc:
+    sys.exit(str(exc))
+' "$parent" "$cg" 2>&1) || die "$delegated"
+  say "cgroup v2: jails go under $cg/$parent ($delegated)"
 else
-  # cgroup v1: one hierarchy per controller; nsjail makes NSJAIL.<pid> under <controller>/$parent.
+  # cgroup v1: one hierarchy per controller; the worker makes its slots under <controller>/$parent
+  # (cpu where it is mounted: a CPU limit needs it).
   for c in memory pids; do
     [ -d "$cg/$c" ] || die "cgroup v1 controller $c is not mounted at $cg/$c"
+  done
+  controllers="memory pids"
+  [ -d "$cg/cpu" ] && controllers="$controllers cpu"
+  for c in $controllers; do
     make_writable "$cg/$c"
     mkdir -p "$cg/$c/$parent" || die "cannot create $cg/$c/$parent"
   done
-  say "cgroup v1: jails go under $cg/{memory,pids}/$parent"
+  say "cgroup v1: jails go under $cg/{$(echo "$controllers" | tr " " ,)}/$parent"
 fi
 
 # A jail mounts a fresh /proc for its PID namespace. The kernel refuses that inside a new user

@@ -1,0 +1,112 @@
+"""The jail's limits on the real kernel: memory kill, pids limit, CPU throttling, timeout.
+
+A warm executor (nsjail, seccomp, the preloaded zygote) in cgroups that SlotCgroups made; each
+test checks that the jail still serves the next call.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits, Status
+from sandbox_service.jail import JailExecutor
+from sandbox_service.settings import Settings
+
+LIMITS = Limits(timeout_s=20.0, memory_mb=256, max_processes=32, max_output_bytes=4096)
+
+
+@pytest.fixture(scope="module")
+def executor() -> Iterator[JailExecutor]:
+    ex = JailExecutor(Settings(cgroup_parent="rl-sandbox-cg2test"), slot=12, mode="warm")
+    yield ex
+    ex.close()
+
+
+def run(executor: JailExecutor, program: str, **limits: float) -> ExecutionResult:
+    fields = {name: getattr(LIMITS, name) for name in LIMITS.__slots__}  # type: ignore[attr-defined]
+    spec = ExecutionSpec(
+        code=textwrap.dedent(program), stdin="", files={}, fetch_files=(),
+        limits=Limits(**{**fields, **limits}),
+    )  # fmt: skip
+    failures = executor.jail_failures
+    result = executor.run(spec)
+    assert executor.jail_failures == failures, f"the jail failed under this program: {result}"
+    return result
+
+
+@pytest.fixture(autouse=True)
+def still_serves(executor: JailExecutor) -> Iterator[None]:
+    yield
+    after = run(executor, "print('still healthy')")
+    assert (after.status, after.stdout) == (Status.OK, "still healthy\n"), after
+
+
+def test_memory_bomb_is_killed_by_the_cgroup(executor: JailExecutor) -> None:
+    result = run(executor, "x = bytearray(1024**3)\nprint('allocated')", memory_mb=128)
+    assert result.status == Status.MEMORY_LIMIT, result
+    assert "allocated" not in result.stdout
+
+
+def test_fork_bomb_stops_at_the_pids_limit(executor: JailExecutor) -> None:
+    result = run(
+        executor,
+        """
+        import os, time
+        n = 0
+        try:
+            while True:
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                n += 1
+        except OSError as e:
+            print(n, e.errno)
+        """,
+        max_processes=12,
+    )
+    assert result.status == Status.OK, result
+    forked, errno = map(int, result.stdout.split())
+    assert forked <= 12
+    assert errno == 11  # EAGAIN: the pids controller refused the fork
+
+
+def test_spin_times_out(executor: JailExecutor) -> None:
+    result = run(executor, "while True: pass", timeout_s=2.0)
+    assert result.status == Status.TIMEOUT, result
+    assert result.exit_code is None
+
+
+def test_cpu_limit_throttles_every_process_of_the_slot(executor: JailExecutor) -> None:
+    # The slot's cgroups carry the CPU limit; the zygote and all it forks share it.
+    slots = executor._cgroups
+    for cgroups in slots:
+        cgroups.set_cpu_limit(0.25)
+    before = [c.cpu_throttling().throttled_periods for c in slots]
+    try:
+        result = run(
+            executor,
+            """
+            import os, time
+            def spin():
+                t = time.monotonic()
+                while time.monotonic() - t < 1.5:
+                    pass
+            pids = [os.fork() for _ in range(2)]
+            if 0 in pids:
+                spin()
+                os._exit(0)
+            for pid in pids:
+                os.waitpid(pid, 0)
+            print(os.times().children_user)
+            """,
+        )
+    finally:
+        for cgroups in slots:
+            cgroups.set_cpu_limit(None)
+    assert result.status == Status.OK, result
+    throttling = [c.cpu_throttling() for c in slots]
+    print(f"two 1.5 s spinners under 0.25 cores: wall {result.wall_time:.2f} s, {throttling}")
+    assert any(t.throttled_periods > b for t, b in zip(throttling, before, strict=True))
