@@ -98,7 +98,7 @@ def test_the_jailed_program_needs_only_the_standard_library_sympy_and_math_verif
 def run_program(
     items: list[tuple[str, str]], timeout_s: float, soft: bool = True
 ) -> list[v.ItemVerdict]:
-    """The program as the jail runs it, in a plain interpreter (the jail is tested in tests/service)."""
+    """The program as the jail runs it, in a plain interpreter (tests/service has the jail)."""
     stdin = json.loads(v.job_stdin([v.VerifyItem(a, r) for a, r in items], timeout_s, 1e-6))
     out = subprocess.run(
         [sys.executable, "-I", "-c", verify_code()],
