@@ -93,7 +93,14 @@ class ExecutionResult:
     peak_memory_mb: float | None = None
     files: dict[str, bytes] = field(default_factory=dict)
     execution_id: str = ""
+    """The execution's id (`id` on the wire): also its RQ job id."""
     queue_time: float = 0.0
+    """Seconds between admission and the start of the run (set by the worker that ran it)."""
+    restored: bool = False
+    """A session cell that first rebuilt its session by replaying the earlier cells."""
+    ended: bool | None = None
+    """Only for the end of a session (DELETE /sessions/{id}): whether the session existed. Not a
+    field of the API's ExecuteResult."""
 
     @classmethod
     def failure(cls, status: Status, message: str, execution_id: str = "") -> ExecutionResult:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits, Status
+
+if TYPE_CHECKING:
+    from sandbox_service.settings import Settings
 
 ResultDict = dict[str, Any]
 """A result in the wire shape of ExecuteResult (files base64-encoded)."""
@@ -95,6 +98,14 @@ class JobPayload:
         session's earlier cells (each under the cell's own limit), so it gets the server's most."""
         return max(self.timeout_s, max_timeout_s) if self.session_id is not None else self.timeout_s
 
+    def worker_budget_s(self, settings: Settings) -> float:
+        """How long a worker may hold this job (RQ's job timeout)."""
+        return settings.job_timeout_s(self.budget_timeout_s(settings.max_timeout))
+
+    def api_wait_s(self, settings: Settings) -> float:
+        """How long the API waits for this job's result before answering sandbox_error."""
+        return settings.api_wait_s(self.budget_timeout_s(settings.max_timeout))
+
     def retried(self, now: float, queue_deadline_s: float) -> JobPayload:
         """The payload of the second attempt, with a fresh queue deadline."""
         return replace(self, attempt=self.attempt + 1, start_by=now + queue_deadline_s)
@@ -111,24 +122,30 @@ class JobPayload:
         )
 
 
-def result_to_wire(result: ExecutionResult, execution_id: str) -> ResultDict:
-    """An ExecutionResult in the wire shape of ExecuteResult."""
-    return {
-        "id": execution_id,
-        "status": str(result.status),
-        "exit_code": result.exit_code,
-        "signal": result.signal,
-        "stdout": result.stdout,
-        "stderr": result.stderr,
-        "stdout_truncated": result.stdout_truncated,
-        "stderr_truncated": result.stderr_truncated,
-        "wall_time": result.wall_time,
-        "cpu_time": result.cpu_time,
-        "peak_memory_mb": result.peak_memory_mb,
-        "queue_time": result.queue_time,
-        "files": {path: base64.b64encode(data).decode() for path, data in result.files.items()},
-        "restored": False,
-    }
+WIRE_NAMES = {"execution_id": "id"}
+"""ExecutionResult fields whose ExecuteResult name differs; every other field keeps its name."""
+INTERNAL_FIELDS = ("ended",)
+"""ExecutionResult fields that are not ExecuteResult fields (on the wire only when set)."""
+_RESULT_FIELDS = tuple(f.name for f in fields(ExecutionResult))
+
+
+def result_to_wire(result: ExecutionResult, execution_id: str | None = None) -> ResultDict:
+    """An ExecutionResult in the wire shape of ExecuteResult, field by field (the record is the
+    one definition of a result; tests/unit/test_result_fields.py checks the wire model agrees).
+    Bytes are encoded here, once."""
+    wire: ResultDict = {}
+    for name in _RESULT_FIELDS:
+        value = getattr(result, name)
+        if name == "files":
+            value = {path: base64.b64encode(data).decode() for path, data in value.items()}
+        elif name == "status":
+            value = str(value)
+        elif name in INTERNAL_FIELDS and value is None:
+            continue
+        wire[WIRE_NAMES.get(name, name)] = value
+    if execution_id is not None:
+        wire["id"] = execution_id
+    return wire
 
 
 def failure_result(

@@ -8,6 +8,17 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sandbox_service.execution import Status
+
+__all__ = [
+    "BatchRequest",
+    "BatchResponse",
+    "ExecuteRequest",
+    "ExecuteResult",
+    "Status",
+    "validate_relative_path",
+]
+
 SUPPORTED_LANGUAGES = ("python",)
 
 
@@ -69,7 +80,7 @@ class ExecuteResult(BaseModel):
     """What happened to one execution."""
 
     id: str
-    status: str
+    status: Status
     exit_code: int | None = None
     signal: int | None = None
     stdout: str = ""

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from sandbox_service.models import Status
 from trainer_client.client import SandboxClient
 from trainer_client.errors import SandboxClientError
 from trainer_client.stats import percentile
@@ -72,7 +73,7 @@ async def run_arm(
                 return
             latencies.append(time.perf_counter() - started)
             statuses[result.status] += 1
-            if result.status == "ok" and result.stdout.strip() != str(i):
+            if result.status == Status.OK and result.stdout.strip() != str(i):
                 wrong += 1
 
     async with client:
@@ -88,7 +89,7 @@ async def run_arm(
         calls_per_s=round(calls / wall_s, 1),
         p50_ms=round(percentile(ordered, 50) * 1000, 1),
         p99_ms=round(percentile(ordered, 99) * 1000, 1),
-        ok=statuses["ok"] - wrong,
+        ok=statuses[Status.OK] - wrong,
         wrong_output=wrong,
         statuses=dict(statuses),
         exceptions=dict(exceptions),

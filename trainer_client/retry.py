@@ -15,7 +15,9 @@ import enum
 import random
 from dataclasses import dataclass
 
-RETRYABLE_ITEM_STATUSES = frozenset({"queue_timeout", "sandbox_error"})
+from sandbox_service.models import Status
+
+RETRYABLE_ITEM_STATUSES = frozenset({Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR})
 """Per-item statuses that mean the program did not (reliably) run: safe to submit again."""
 
 RETRYABLE_HTTP_STATUSES = frozenset({429, 502, 503, 504})

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from sandbox_service.models import ExecuteResult
+from sandbox_service.models import ExecuteResult, Status
 from trainer_client.errors import InvalidRequestError
 
 PYTHON_TOOL_NAME = "python_code_with_standard_io"
@@ -139,12 +139,12 @@ TRUNCATION_MARKER = "...(truncated)..."
 # code-judge's `reason` for each of our statuses: "" for a program that just failed, and
 # worker_timeout, queue_timeout, internal_error; a MemoryError or a signal was a plain failure.
 _RSTAR2_REASONS = {
-    "error": "",
-    "timeout": "worker_timeout",
-    "memory_limit": "",
-    "killed": "",
-    "queue_timeout": "queue_timeout",
-    "sandbox_error": "internal_error",
+    Status.ERROR: "",
+    Status.TIMEOUT: "worker_timeout",
+    Status.MEMORY_LIMIT: "",
+    Status.KILLED: "",
+    Status.QUEUE_TIMEOUT: "queue_timeout",
+    Status.SANDBOX_ERROR: "internal_error",
 }
 
 ResponseStyle = Literal["rstar2", "status"]
@@ -176,8 +176,8 @@ def format_tool_response(
     `style="status"` names our statuses in `reason:` (timeout, memory_limit, ...) instead of
     code-judge's reasons, which say nothing for a crash, a MemoryError or a signal.
     """
-    lines = ["Tool call success" if result.status == "ok" else "Tool call failure"]
-    if result.status != "ok":
+    lines = ["Tool call success" if result.status == Status.OK else "Tool call failure"]
+    if result.status != Status.OK:
         lines.append(f"reason: {failure_reason(result, style)}")
     if result.stdout:
         lines.append(f"stdout: {result.stdout}")

@@ -124,7 +124,7 @@ class Awaiter:
         return future
 
     def _wait_s(self, payload: JobPayload) -> float:
-        return self._settings.api_wait_s(payload.budget_timeout_s(self._settings.max_timeout))
+        return payload.api_wait_s(self._settings)
 
     def mark_admitted(self, job_ids: Sequence[str]) -> None:
         """The jobs are in the queue: the watchdog may inspect them now."""
@@ -268,10 +268,7 @@ class Awaiter:
             pending = self.outstanding.jobs.get(job_id)
             if pending is None:
                 continue
-            budget_s = self._settings.job_timeout_s(
-                pending.payload.budget_timeout_s(self._settings.max_timeout)
-            )
-            moved.append(NewJob(job_id, pending.payload.to_wire(), budget_s))
+            moved.append(NewJob.of(job_id, pending.payload, self._settings))
             log.warning(
                 "job queued on a dead worker; routing it again",
                 extra=fields(job_id=job_id, request_id=pending.payload.request_id),
@@ -306,10 +303,7 @@ class Awaiter:
                     next_check=time.monotonic() + self._settings.poll_interval_s,
                 ),
             )
-            budget_s = self._settings.job_timeout_s(
-                payload.budget_timeout_s(self._settings.max_timeout)
-            )
-            new_jobs.append(NewJob(new_id, payload.to_wire(), budget_s))
+            new_jobs.append(NewJob.of(new_id, payload, self._settings))
             log.warning(
                 "job lost with its worker; running it again",
                 extra=fields(job_id=old_id, retry_job_id=new_id, request_id=payload.request_id),

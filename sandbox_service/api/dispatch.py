@@ -141,10 +141,7 @@ class Dispatcher:
                 start_by=start_by,
             )
             futures.append(self.awaiter.track(job_id, stamped))
-            budget_s = self.settings.job_timeout_s(
-                payload.budget_timeout_s(self.settings.max_timeout)
-            )
-            jobs.append(NewJob(job_id, stamped.to_wire(), budget_s))
+            jobs.append(NewJob.of(job_id, stamped, self.settings))
         job_ids = [job.job_id for job in jobs]
         try:
             admitted = await self._admit(jobs)
@@ -177,15 +174,20 @@ class Dispatcher:
     def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
         """The jobs with their queues set: session work to its owner's own queue (blocking)."""
         sessions = [
-            (str(job.payload["s"]), not job.payload.get("e")) for job in jobs if "s" in job.payload
+            (job.payload.session_id, not job.payload.end_session)
+            for job in jobs
+            if job.payload.session_id is not None
         ]
         if not sessions:
             return list(jobs)
         queues = iter(self.sessions.route(sessions))
-        return [replace(job, queue=next(queues)) if "s" in job.payload else job for job in jobs]
+        return [
+            replace(job, queue=next(queues)) if job.payload.session_id is not None else job
+            for job in jobs
+        ]
 
     def _route_groups(self, groups: Sequence[Sequence[NewJob]]) -> Sequence[Sequence[NewJob]]:
-        if not any("s" in job.payload for group in groups for job in group):
+        if not any(job.payload.session_id is not None for group in groups for job in group):
             return groups
         flat = iter(self.route([job for group in groups for job in group]))
         return [[next(flat) for _ in group] for group in groups]
@@ -197,7 +199,7 @@ class Dispatcher:
         return self._job_queue.admission(routed, self.settings.max_queue_depth)
 
     async def _admit_round(self, groups: Sequence[Sequence[NewJob]], size: int) -> list[bool]:
-        has_sessions = any("s" in job.payload for group in groups for job in group)
+        has_sessions = any(job.payload.session_id is not None for group in groups for job in group)
         if size <= BUILD_ON_LOOP_MAX_JOBS and not has_sessions:
             script_keys, argv = self._admission(groups)
         else:

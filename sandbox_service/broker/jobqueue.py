@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 import redis.asyncio as aioredis
@@ -46,7 +46,16 @@ from rq.worker import DequeueStrategy, WorkerStatus
 
 from sandbox_service import keys
 from sandbox_service.execution import Status
-from sandbox_service.jobs import ResultDict, encode_notice, encode_result, failure_result
+from sandbox_service.jobs import (
+    JobPayload,
+    ResultDict,
+    encode_notice,
+    encode_result,
+    failure_result,
+)
+
+if TYPE_CHECKING:
+    from sandbox_service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +65,18 @@ JOB_FUNC = "sandbox_service.worker.main.execute"
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """One job to enqueue: its id, its JSON payload and the worker's time budget for it."""
+    """One job to enqueue: its id, its payload and the worker's time budget for it."""
 
     job_id: str
-    payload: dict[str, Any]
+    payload: JobPayload
     budget_s: float
     queue: str = ""
     """RQ queue name to enqueue on (a worker's own queue); empty: the shared queue."""
+
+    @classmethod
+    def of(cls, job_id: str, payload: JobPayload, settings: Settings) -> NewJob:
+        """The job of `payload`, with the budget the settings give it."""
+        return cls(job_id, payload, payload.worker_budget_s(settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +230,11 @@ class JobQueue:
             by_queue.setdefault(job.queue or self._name, []).append(
                 Queue.prepare_data(
                     JOB_FUNC,
-                    args=(job.payload,),
+                    args=(job.payload.to_wire(),),
                     timeout=math.ceil(job.budget_s),
                     result_ttl=0,
                     failure_ttl=self._result_ttl_s,
-                    description=job.payload.get("rid") or job.job_id,
+                    description=job.payload.request_id or job.job_id,
                     job_id=job.job_id,
                     at_front=at_front,
                 )
@@ -292,11 +306,11 @@ class JobQueue:
 class JobHandler(Protocol):
     """What a LeanWorker runs for each job."""
 
-    def run(self, job_id: str, payload: dict[str, Any]) -> ResultDict:
+    def run(self, job_id: str, payload: JobPayload) -> ResultDict:
         """Run the job; every failure comes back as a result, never an exception."""
         ...
 
-    def abandon(self, job_id: str, payload: dict[str, Any], reason: str) -> ResultDict:
+    def abandon(self, job_id: str, payload: JobPayload, reason: str) -> ResultDict:
         """The run was interrupted (time budget exceeded): reset, and say sandbox_error."""
         ...
 
@@ -363,8 +377,8 @@ class LeanWorker(SimpleWorker):
                 pipe.persist(job.key)
                 pipe.lrem(queue.intermediate_queue_key, 1, job.id)
                 pipe.execute()
-            payload: dict[str, Any] = job.args[0]
-            reply_to = str(payload.get("re", ""))
+            payload = JobPayload.from_wire(job.args[0])
+            reply_to = payload.reply_to
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):
                     result = self._handler.run(job.id, payload)

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def execute(payload: dict[str, Any]) -> None:
-    """The function RQ jobs name; LeanWorker passes payloads to its JobRunner instead."""
+def execute(wire: dict[str, Any]) -> None:
+    """The function RQ jobs name; LeanWorker hands the decoded payload to its JobRunner instead."""
     raise RuntimeError("rl-sandbox jobs run only in `rl-sandbox worker` processes")
 
 
@@ -71,9 +72,8 @@ class JobRunner:
         if self._executor is None:
             self._executor = self._make_executor()
 
-    def run(self, job_id: str, payload: dict[str, Any]) -> ResultDict:
+    def run(self, job_id: str, job: JobPayload) -> ResultDict:
         """Run one job, or answer queue_timeout when it was dequeued past its start-by time."""
-        job = JobPayload.from_wire(payload)
         token = request_id_var.set(job.request_id)
         try:
             started = time.time()
@@ -89,9 +89,8 @@ class JobRunner:
                 result, restored = self._run_cell(job, job_id)
             else:
                 result = self._execute(job, job_id)
+            result = replace(result, queue_time=queue_time, restored=restored)
             wire = result_to_wire(result, job_id)
-            wire["queue_time"] = queue_time
-            wire["restored"] = restored
             session = {} if job.session_id is None else {"session": job.session_id}
             log.info(
                 "job done",
@@ -139,16 +138,13 @@ class JobRunner:
             return failure_result(Status.SANDBOX_ERROR, "no sessions here", job_id)
         ended = self._sessions.end(job.session_id)
         log.info("session ended", extra=fields(job_id=job_id, session=job.session_id, ended=ended))
-        wire = result_to_wire(ExecutionResult(Status.OK), job_id)
-        wire["ended"] = ended
-        return wire
+        return result_to_wire(ExecutionResult(Status.OK, ended=ended), job_id)
 
-    def abandon(self, job_id: str, payload: dict[str, Any], reason: str) -> ResultDict:
+    def abandon(self, job_id: str, job: JobPayload, reason: str) -> ResultDict:
         """The run was interrupted: tear the jail down (a fresh one serves the next job)."""
         log.error("job abandoned: %s", reason, extra=fields(job_id=job_id))
-        session_id = payload.get("s")
-        if session_id is not None and self._sessions is not None:
-            self._sessions.abandon(str(session_id))
+        if job.session_id is not None and self._sessions is not None:
+            self._sessions.abandon(job.session_id)
         else:
             self.reset()
         return failure_result(Status.SANDBOX_ERROR, reason, job_id)

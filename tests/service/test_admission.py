@@ -111,7 +111,7 @@ def test_worker_answers_queue_timeout_without_running_late_work() -> None:
     runner = JobRunner(Settings(), no_executor)  # type: ignore[arg-type]
     now = time.time()
     payload = JobPayload(code="print(1)", admitted_at=now - 10, start_by=now - 1)
-    result = runner.run("job-1", payload.to_wire())
+    result = runner.run("job-1", payload)
     assert result["status"] == Status.QUEUE_TIMEOUT
     assert result["queue_time"] >= 10 and result["exit_code"] is None
 
