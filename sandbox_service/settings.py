@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     """How often each worker reports itself alive."""
     worker_dead_after_s: float = Field(5.0, gt=0)
     """A worker silent this long is dead: its job is re-run once or answered sandbox_error."""
+    client_response_margin_s: float = Field(120.0, gt=0)
+    """The read margin clients add to a batch's largest program budget (trainer_client's
+    Timeouts.response_margin_s): start-up refuses a queue deadline the API would outwait it by."""
     lost_job_retries: int = Field(1, ge=0)
     """How many times a job whose worker died is run again elsewhere before sandbox_error."""
 
@@ -174,9 +177,25 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _heartbeats_fit(self) -> Settings:
-        # (Timeouts nest by construction: program limit < job_timeout_s < api_wait_s.)
         if self.worker_dead_after_s < 2 * self.worker_heartbeat_s:
             raise ValueError("worker_dead_after_s must be at least twice worker_heartbeat_s")
+        return self
+
+    @model_validator(mode="after")
+    def _timeouts_nest(self) -> Settings:
+        # The ladder (docs/service.md): program limit < job timeout < API wait < client read
+        # timeout. The first two steps hold by construction; the last one is checked here, with
+        # the margin clients add to a program's budget, so a client never gives up (and resends)
+        # work the server is still going to answer.
+        server_beyond_program_s = self.api_wait_s(0.0)
+        if server_beyond_program_s >= self.client_response_margin_s:
+            raise ValueError(
+                f"the API waits up to {server_beyond_program_s:g} s beyond a program's timeout "
+                f"(queue_deadline_s + job start and teardown + margin), not less than "
+                f"client_response_margin_s ({self.client_response_margin_s:g} s): lower "
+                "queue_deadline_s, or raise the clients' Timeouts.response_margin_s and "
+                "client_response_margin_s together"
+            )
         return self
 
     def job_timeout_s(self, program_timeout_s: float) -> float:

@@ -77,6 +77,7 @@ class SandboxClient:
         max_concurrency: int = 16,
         timeouts: Timeouts | None = None,
         retry: RetryPolicy | None = None,
+        server_max_timeout_s: float = 60.0,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -88,6 +89,7 @@ class SandboxClient:
             max_wait_s=max_wait_s,
             max_concurrency=max_concurrency,
             retry=retry or RetryPolicy(),
+            server_max_timeout_s=server_max_timeout_s,
         )
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         # One pooled keep-alive connection per in-flight batch: no connect per request.

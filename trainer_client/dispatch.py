@@ -56,7 +56,8 @@ class BatchOutcome:
 
 
 SendBatch = Callable[[Sequence[bytes], float], Awaitable[BatchOutcome]]
-"""send(encoded ExecuteRequests, largest program timeout in s) -> outcome; never raises."""
+"""send(encoded ExecuteRequests, the server's largest program budget in s (DispatchConfig.budget_s))
+-> outcome; never raises."""
 
 
 @dataclass(eq=False)
@@ -90,10 +91,24 @@ class DispatchConfig:
     """Most batches in flight at once."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Attempts, deadline and backoff of every call."""
+    server_max_timeout_s: float = 60.0
+    """The server's max_timeout (its default): a session cell may first replay the session's
+    earlier cells, so the server budgets it that long whatever its own timeout; the read timeout
+    of a batch with a cell covers it, so the client never gives up (and resends a stateful cell)
+    before the server answers."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_concurrency < 1:
             raise ValueError("max_batch_size and max_concurrency must be at least 1")
+        if self.server_max_timeout_s <= 0:
+            raise ValueError("server_max_timeout_s must be positive")
+
+    def budget_s(self, request: ExecuteRequest) -> float:
+        """Program seconds the server may spend on `request` (the client's read timeout adds
+        Timeouts.response_margin_s to the largest of a batch)."""
+        if request.session_id is None:
+            return request.timeout
+        return max(request.timeout, self.server_max_timeout_s)
         if self.max_wait_s < 0:
             raise ValueError("max_wait_s must not be negative")
 
@@ -245,7 +260,7 @@ class Dispatcher:
         batch = [c for c in batch if not c.future.done()]
         if not batch:
             return
-        largest_timeout_s = max(c.request.timeout for c in batch)
+        largest_timeout_s = max(self._config.budget_s(c.request) for c in batch)
         self._counters.http_requests += 1
         self._counters.batch_sizes[len(batch)] += 1
         started = time.perf_counter()

@@ -29,9 +29,10 @@ class Timeouts:
     """HTTP timeouts of the client, in seconds.
 
     They nest outside the server's: program limit < job timeout < API wait (queue deadline + job
-    timeout + margin) < the read timeout here, which is the largest program `timeout` in the
-    batch plus `response_margin_s`. The call's total deadline (RetryPolicy.deadline_s) bounds
-    everything, retries included.
+    timeout + margin) < the read timeout here, which is the largest program budget in the batch
+    (a session cell's is at least the server's max_timeout) plus `response_margin_s`; the server
+    checks its side at start-up against the same margin (Settings.client_response_margin_s).
+    The call's total deadline (RetryPolicy.deadline_s) bounds everything, retries included.
     """
 
     connect_s: float = 5.0
