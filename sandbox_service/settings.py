@@ -134,6 +134,17 @@ class Settings(BaseSettings):
     """cgroup (v1) directory, under each controller's root, that holds the slots' cgroups."""
     jail_python: str | None = None
     """Interpreter run inside the jail; default: the one running the worker."""
+    slot_cpu_cores: float | None = Field(1.0, gt=0)
+    """CPUs one slot's jail (or one session's jail) may use together, whatever its program
+    forks (cgroup cpu controller); None: no limit. The API, Redis, heartbeats and the other
+    slots keep their share."""
+    max_fetch_files: int = Field(64, ge=0, le=4096)
+    """Files one execution may return through fetch_files; the rest are reported, not sent."""
+    max_fetch_bytes: int = Field(16 << 20, ge=0, le=32 << 20)
+    """Bytes (before base64) one execution may return through fetch_files, all files together."""
+    memory_recycle_slack_mb: int = Field(64, ge=1)
+    """A warm jail whose unreclaimable memory (anonymous + shared) stays this far above its
+    post-preload baseline after a run's cleanup is replaced."""
 
     # --- sessions ---
     session_ttl_s: int = Field(1800, ge=1)

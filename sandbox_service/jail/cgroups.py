@@ -109,8 +109,9 @@ def is_v2(root: Path = CGROUP_ROOT) -> bool:
 class SlotCgroups:
     """The memory + pids cgroup(s) owned by one executor slot of one worker process.
 
-    whole_life (sessions): the memory limit covers everything since the zygote moved in, so a
-    session cannot grow cell after cell; otherwise it covers one execution.
+    Every execution's memory limit is the post-preload baseline plus its own memory_mb, so
+    nothing a run leaves charged raises the next one's (in a session: cell after cell).
+    whole_life marks a session's cgroups (kept for the names of logs and tests).
     """
 
     def __init__(
@@ -138,6 +139,7 @@ class SlotCgroups:
                 self._memory / "memory.max_usage_in_bytes", writable=True
             )
         self._baseline_bytes: int | None = None
+        self._baseline_unreclaimable = 0
         self._limit_bytes = -1
         self._pids_max = -1
         self._cpu_line: str | None = None
@@ -186,13 +188,28 @@ class SlotCgroups:
         for path in self.dirs.values():
             (path / "cgroup.procs").write_text(str(pid))
         self._baseline_bytes = self._usage_bytes()
+        self._baseline_unreclaimable = self.unreclaimable_bytes()
+
+    def unreclaimable_bytes(self) -> int:
+        """Memory charged here that reclaim cannot free without swap: anonymous and shared
+        (tmpfs, shared memory) pages."""
+        try:
+            text = (self._memory / "memory.stat").read_text()
+        except FileNotFoundError:
+            return 0
+        anon = _keyed_value(text, "anon" if self.v2 else "rss")
+        return anon + _keyed_value(text, "shmem")
+
+    def growth_since_baseline_bytes(self) -> int:
+        """How far the unreclaimable memory is above what it was when the zygote moved in."""
+        return self.unreclaimable_bytes() - self._baseline_unreclaimable
 
     def prepare_execution(self, memory_mb: int, max_processes: int) -> None:
         """Set this execution's limits and reset its counters."""
-        if self._whole_life and self._baseline_bytes is not None:
-            usage = self._baseline_bytes
-        else:
-            usage = self._usage_bytes()
+        # From the post-preload baseline, never from the current usage: what a run leaves
+        # charged must not raise the next run's limit (the executor replaces a jail whose
+        # usage stays above the baseline, see growth_since_baseline_bytes).
+        usage = self._usage_bytes() if self._baseline_bytes is None else self._baseline_bytes
         limit = usage + memory_mb * MIB
         # Rewrite the limit only when it moved by more than 1 MiB: it is on the hot path.
         if abs(limit - self._limit_bytes) > MIB:

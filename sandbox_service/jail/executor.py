@@ -21,6 +21,7 @@ from sandbox_service.jail import cgroups as cg
 from sandbox_service.jail import zygote as zygote_module
 from sandbox_service.jail.outcome import RawOutcome, classify
 from sandbox_service.jail.policy import SCRATCH_DIRS, VENV_IN_JAIL, JailLayout
+from sandbox_service.jail.protocol import FetchBudget
 from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail, ZygoteReply
 from sandbox_service.settings import ExecutorMode, Settings
 
@@ -87,9 +88,20 @@ def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout
     )
 
 
+def fetch_note(omitted: dict[str, str] | None) -> str:
+    """The line appended to stderr for requested files that exist but were not returned."""
+    if not omitted:
+        return ""
+    listed = "; ".join(f"{path}: {why}" for path, why in sorted(omitted.items()))
+    return f"\nrl-sandbox: fetch_files not returned: {listed}\n"
+
+
 def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
     """Combine the zygote's report with the captured output into an ExecutionResult."""
     stderr = reply.stderr.text()
+    if reply.program_error:
+        stderr += f"\nrl-sandbox: {reply.program_error}; the session's state is lost\n"
+    stderr += fetch_note(reply.files_omitted)
     if reply.setup_error:
         return ExecutionResult(
             status=Status.ERROR,
@@ -117,6 +129,20 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
         files=reply.files,
         execution_id=spec.execution_id,
     )
+
+
+def apply_cpu_limit(cgroups: cg.SlotCgroups, cores: float | None) -> None:
+    """Give a slot's (or a session's) cgroup its CPU limit; without a cpu controller the slot
+    runs unlimited, which is logged: the host then shares its CPUs as the scheduler does."""
+    try:
+        cgroups.set_cpu_limit(cores)
+    except (cg.CgroupUnavailable, OSError) as exc:
+        log.warning("no CPU limit for a jail", extra={"error": str(exc)})
+
+
+def fetch_budget(settings: Settings) -> FetchBudget:
+    """The fetch budget of every execution (server settings)."""
+    return FetchBudget(max_files=settings.max_fetch_files, max_bytes=settings.max_fetch_bytes)
 
 
 def _sandbox_failure(spec: ExecutionSpec, exc: Exception) -> ExecutionResult:
@@ -170,12 +196,15 @@ class JailExecutor:
         ]
         for cgroups in self._cgroups:
             cgroups.create()
+            apply_cpu_limit(cgroups, settings.slot_cpu_cores)
         self._log_path = Path(tempfile.gettempdir()) / f"rl-sandbox-jail-{os.getpid()}-{slot}.log"
         self._jail: ZygoteJail | None = None
         self._next: _StartingJail | None = None
         self.jail_failures = 0
         """Jails that failed under a run (each was replaced; the run was retried once)."""
         self.warmed_runs = 0
+        self.memory_recycles = 0
+        """Warm jails replaced because memory stayed charged above their baseline."""
         """Runs that found a standby warmed up while the slot was idle."""
         if self.mode == "warm":
             self._jail = self._start_jail()
@@ -187,7 +216,9 @@ class JailExecutor:
         return next(c for c in self._cgroups if id(c) not in used)
 
     def _new_jail(self) -> ZygoteJail:
-        return ZygoteJail(self._layout, self._free_cgroups(), self._log_path)
+        return ZygoteJail(
+            self._layout, self._free_cgroups(), self._log_path, fetch_budget(self._settings)
+        )
 
     def _start_jail(self) -> ZygoteJail:
         jail = self._new_jail()
@@ -209,7 +240,7 @@ class JailExecutor:
 
     def _take_jail(self) -> ZygoteJail:
         """The jail to run on: the current one, the one started ahead, or a new one."""
-        if self._jail is not None and self._jail.alive():
+        if self._jail is not None and self._jail.alive() and not self._holds_memory(self._jail):
             return self._jail
         self._discard_jail(force=True)
         if self._next is not None:
@@ -218,6 +249,27 @@ class JailExecutor:
         else:
             self._jail = self._start_jail()
         return self._jail
+
+    def _holds_memory(self, jail: ZygoteJail) -> bool:
+        """Whether a warm jail kept memory a run left behind: it is then replaced."""
+        if self.mode != "warm" or jail.runs == 0:
+            return False
+        slack = self._settings.memory_recycle_slack_mb * cg.MIB
+        if jail.cgroups.growth_since_baseline_bytes() <= slack:
+            return False
+        self.memory_recycles += 1
+        log.warning("jail replaced: memory above its baseline after cleanup")
+        return True
+
+    def memory_above_baseline_mb(self) -> float | None:
+        """Unreclaimable memory of the current jail above its post-preload baseline."""
+        if self._jail is None:
+            return None
+        return self._jail.cgroups.growth_since_baseline_bytes() / cg.MIB
+
+    def cpu_throttling(self) -> cg.CpuThrottling | None:
+        """The CFS counters of the current jail's cgroup."""
+        return None if self._jail is None else self._jail.cgroups.cpu_throttling()
 
     def run(self, spec: ExecutionSpec) -> ExecutionResult:
         """Run one execution on a sound jail.

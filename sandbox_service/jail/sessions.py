@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.cgroups import SlotCgroups
-from sandbox_service.jail.executor import make_layout, to_result
+from sandbox_service.jail.executor import apply_cpu_limit, fetch_budget, make_layout, to_result
 from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail
 from sandbox_service.settings import Settings
 
@@ -87,8 +87,9 @@ class SessionPool:
             whole_life=True,
         )
         cgroups.create()
+        apply_cpu_limit(cgroups, self._settings.slot_cpu_cores)
         layout = replace(self._layout, outside_uid=uid, preload=preload)
-        jail = ZygoteJail(layout, cgroups, self._log_path)
+        jail = ZygoteJail(layout, cgroups, self._log_path, fetch_budget(self._settings))
         try:
             jail.start()
         except JailFailure:

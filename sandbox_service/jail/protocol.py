@@ -1,0 +1,390 @@
+"""The zygote's protocol: typed messages, their JSON encoding, and bounded, validated parsing.
+
+Standard library only: the zygote loads this file by path inside the jail (it is mounted next to
+zygote.py), and the worker imports it as sandbox_service.jail.protocol. Both sides decode every
+message through `from_wire`, which checks its whole shape and raises ProtocolError otherwise:
+nothing of a message is used before it was validated.
+
+Frames on the worker's control socket: a 4-byte big-endian length, then a JSON object whose
+"op" names the message. Who trusts what: the worker and the zygote trust each other's frames
+only after validation; a session's interpreter runs the program, so what it sends (CellDone) is
+the program's to forge and carries nothing the kernel can tell instead (see docs/security.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_FRAME_BYTES = 64 << 20
+"""Largest control frame; fetched files are budgeted to fit under it (see FetchBudget)."""
+MAX_CELL_FRAME_BYTES = 4096
+"""Largest frame a session's interpreter may send: a cell's report is a few dozen bytes."""
+MAX_PATH_CHARS = 1024
+HEADER = struct.Struct(">I")
+
+
+class ProtocolError(ValueError):
+    """A frame that is not a valid message of this protocol."""
+
+
+# --- validation helpers -------------------------------------------------------------------------
+
+
+def _obj(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what}: expected an object")
+    return value
+
+
+def _int(obj: dict[str, Any], key: str, low: int, high: int) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(f"{key}: expected an integer in [{low}, {high}]")
+    return value
+
+
+def _opt_int(obj: dict[str, Any], key: str, low: int, high: int) -> int | None:
+    return None if obj.get(key) is None else _int(obj, key, low, high)
+
+
+def _float(obj: dict[str, Any], key: str, low: float, high: float) -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProtocolError(f"{key}: expected a number")
+    value = float(value)
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ProtocolError(f"{key}: expected a number in [{low}, {high}]")
+    return value
+
+
+def _bool(obj: dict[str, Any], key: str) -> bool:
+    value = obj.get(key, False)
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{key}: expected a boolean")
+    return value
+
+
+def _text(value: object, what: str, max_chars: int) -> str:
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise ProtocolError(f"{what}: expected a string of at most {max_chars} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(f"{what}: not encodable as UTF-8") from exc
+    return value
+
+
+def _opt_text(obj: dict[str, Any], key: str, max_chars: int) -> str | None:
+    value = obj.get(key)
+    return None if value is None else _text(value, key, max_chars)
+
+
+def checked_path(value: object) -> str:
+    """A relative path inside the working directory, encodable, without '', '.' or '..'."""
+    path = _text(value, "path", MAX_PATH_CHARS)
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\x00" in path:
+        raise ProtocolError("path: expected a non-empty relative path")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ProtocolError("path: empty, '.' or '..' component")
+    return path
+
+
+def _paths(value: object, key: str, max_items: int) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > max_items:
+        raise ProtocolError(f"{key}: expected a list of at most {max_items} paths")
+    return tuple(checked_path(p) for p in value)
+
+
+def _blobs(value: object, key: str) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for path, b64 in _obj(value, key).items():
+        if not isinstance(b64, str):
+            raise ProtocolError(f"{key}: expected base64 strings")
+        try:
+            out[checked_path(path)] = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ProtocolError(f"{key}: invalid base64") from exc
+    return out
+
+
+def _b64(blobs: dict[str, bytes]) -> dict[str, str]:
+    return {path: base64.b64encode(data).decode() for path, data in blobs.items()}
+
+
+def _reasons(value: object, key: str) -> dict[str, str]:
+    return {checked_path(p): _text(r, key, 256) for p, r in _obj(value, key).items()}
+
+
+def _op(obj: dict[str, Any], expected: str) -> None:
+    if obj.get("op") != expected:
+        raise ProtocolError(f"expected a {expected!r} message, got op {obj.get('op')!r}")
+
+
+# --- frames -------------------------------------------------------------------------------------
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    """One frame: the length header and the JSON body."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(body)) + body
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
+    """The JSON object of a frame's body."""
+    try:
+        return _obj(json.loads(body), "frame")
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"frame is not JSON: {exc}") from exc
+
+
+class FrameBuffer:
+    """Frames from bytes that arrive in pieces, at most `max_bytes` each (non-blocking reads)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._data = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        """Add received bytes; ProtocolError once they cannot be a frame under the bound."""
+        self._data += data
+        if len(self._data) >= HEADER.size:
+            (length,) = HEADER.unpack_from(self._data)
+            if length > self.max_bytes:
+                raise ProtocolError(f"frame of {length} bytes exceeds {self.max_bytes}")
+
+    def pop(self) -> dict[str, Any] | None:
+        """The next whole frame's object, or None while it is incomplete."""
+        if len(self._data) < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._data)
+        end = HEADER.size + length
+        if len(self._data) < end:
+            return None
+        body = bytes(self._data[HEADER.size : end])
+        del self._data[:end]
+        return decode_body(body)
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """zygote -> worker, once: preloaded and waiting for `serve`."""
+
+    preload_s: float
+    immortal_objects: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "ready", "preload_s": self.preload_s, "immortal": self.immortal_objects}
+
+    @classmethod
+    def from_wire(cls, value: object) -> Ready:
+        obj = _obj(value, "ready")
+        _op(obj, "ready")
+        return cls(_float(obj, "preload_s", 0, 1e6), _int(obj, "immortal", 0, 1 << 40))
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """worker -> zygote: `serve` (it is in the slot's cgroups now) or `exit`."""
+
+    op: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op}
+
+    @classmethod
+    def from_wire(cls, value: object) -> Control:
+        op = _obj(value, "control").get("op")
+        if op not in ("serve", "exit"):
+            raise ProtocolError(f"unknown control op {op!r}")
+        return cls(op)
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """The limits the zygote applies itself (memory, processes and CPU share are cgroups')."""
+
+    timeout_s: float
+    cpu_time_s: int
+    max_file_size_mb: int
+    max_open_files: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "timeout_s": self.timeout_s,
+            "cpu_time_s": self.cpu_time_s,
+            "max_file_size_mb": self.max_file_size_mb,
+            "max_open_files": self.max_open_files,
+        }
+
+    @classmethod
+    def from_wire(cls, value: object) -> RunLimits:
+        obj = _obj(value, "limits")
+        return cls(
+            timeout_s=_float(obj, "timeout_s", 0.001, 86400),
+            cpu_time_s=_int(obj, "cpu_time_s", 1, 86400),
+            max_file_size_mb=_int(obj, "max_file_size_mb", 0, 1 << 20),
+            max_open_files=_int(obj, "max_open_files", 16, 1 << 20),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FetchBudget:
+    """What one run may return in files, together: a count and a byte total (before base64)."""
+
+    max_files: int = 64
+    max_bytes: int = 16 << 20
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"max_files": self.max_files, "max_bytes": self.max_bytes}
+
+    @classmethod
+    def from_wire(cls, value: object) -> FetchBudget:
+        obj = _obj(value, "fetch_budget")
+        # 3/4 of a frame: base64 inflates by 4/3, and the reply carries more than files.
+        max_bytes = _int(obj, "max_bytes", 0, MAX_FRAME_BYTES * 3 // 4 - (1 << 20))
+        return cls(_int(obj, "max_files", 0, 4096), max_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """worker -> zygote: run one program (or cell). Its code, stdin, stdout and stderr travel as
+    four descriptors (SCM_RIGHTS) on the frame's first byte."""
+
+    limits: RunLimits
+    files: dict[str, bytes] = field(default_factory=dict)
+    fetch: tuple[str, ...] = ()
+    fetch_budget: FetchBudget = field(default_factory=FetchBudget)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "op": "run",
+            "limits": self.limits.to_wire(),
+            "files": _b64(self.files),
+            "fetch": list(self.fetch),
+            "fetch_budget": self.fetch_budget.to_wire(),
+        }
+
+    @classmethod
+    def from_wire(cls, value: object) -> RunRequest:
+        obj = _obj(value, "run")
+        _op(obj, "run")
+        return cls(
+            limits=RunLimits.from_wire(obj.get("limits")),
+            files=_blobs(obj.get("files", {}), "files"),
+            fetch=_paths(obj.get("fetch", []), "fetch", 4096),
+            fetch_budget=FetchBudget.from_wire(obj.get("fetch_budget", {})),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """The files fetched after a run, and why the others are not there."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+    errors: dict[str, str] = field(default_factory=dict)
+    """Path -> why it was not returned (a symlink, not a regular file, over the budget)."""
+
+    @property
+    def over_budget(self) -> tuple[str, ...]:
+        """The paths left out because the run's fetch budget was spent."""
+        return tuple(p for p, why in self.errors.items() if why.startswith(OVER_BUDGET))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"files": _b64(self.files), "missing": list(self.missing), "errors": self.errors}
+
+    @classmethod
+    def from_wire(cls, value: object) -> Fetched:
+        obj = _obj(value, "fetched")
+        return cls(
+            files=_blobs(obj.get("files", {}), "files"),
+            missing=_paths(obj.get("missing", []), "missing", 4096),
+            errors=_reasons(obj.get("errors", {}), "errors"),
+        )
+
+
+OVER_BUDGET = "over the fetch budget"
+
+
+@dataclass(frozen=True, slots=True)
+class RunReply:
+    """zygote -> worker: how one run ended. Exit status, signal and CPU time come from the
+    kernel (wait status and rusage of the program's process, or its CPU clock in a session),
+    never from anything the program wrote."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    wall_time_s: float = 0.0
+    cpu_time_s: float = 0.0
+    fetched: Fetched = field(default_factory=Fetched)
+    warmed: bool = False
+    """The program ran in a standby that had done the idle-time warm-up."""
+    session_alive: bool = False
+    """Session mode: the interpreter survived this cell and keeps its state."""
+    setup_error: str | None = None
+    """The run could not be set up (the program did not run): a sandbox_error."""
+    program_error: str | None = None
+    """The program broke the session's protocol (the interpreter was discarded): an error."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "op": "reply",
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "timed_out": self.timed_out,
+            "wall_time_s": self.wall_time_s,
+            "cpu_time_s": self.cpu_time_s,
+            "fetched": self.fetched.to_wire(),
+            "warmed": self.warmed,
+            "session_alive": self.session_alive,
+            "setup_error": self.setup_error,
+            "program_error": self.program_error,
+        }
+
+    @classmethod
+    def from_wire(cls, value: object) -> RunReply:
+        obj = _obj(value, "reply")
+        _op(obj, "reply")
+        return cls(
+            exit_code=_opt_int(obj, "exit_code", 0, 255),
+            signal=_opt_int(obj, "signal", 1, 64),
+            timed_out=_bool(obj, "timed_out"),
+            wall_time_s=_float(obj, "wall_time_s", 0, 1e6),
+            cpu_time_s=_float(obj, "cpu_time_s", 0, 1e6),
+            fetched=Fetched.from_wire(obj.get("fetched", {})),
+            warmed=_bool(obj, "warmed"),
+            session_alive=_bool(obj, "session_alive"),
+            setup_error=_opt_text(obj, "setup_error", 4096),
+            program_error=_opt_text(obj, "program_error", 4096),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CellDone:
+    """session interpreter -> zygote: the cell ended with this status. Written by the process
+    that ran the cell, so the program can forge it: it carries only what the program decides
+    anyway (its status), parsed under MAX_CELL_FRAME_BYTES and the cell's deadline."""
+
+    exit_code: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "done", "exit_code": self.exit_code}
+
+    @classmethod
+    def from_wire(cls, value: object) -> CellDone:
+        obj = _obj(value, "done")
+        _op(obj, "done")
+        return cls(_int(obj, "exit_code", 0, 255))
