@@ -44,8 +44,8 @@ import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING or __package__:
-    from sandbox_service.jail import protocol
+if TYPE_CHECKING or __package__:  # the worker's side
+    from . import protocol
 else:  # inside the jail, run as a script: protocol.py is mounted next to this file
     import importlib.util
 
