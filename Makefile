@@ -99,12 +99,15 @@ loadtest: setup
 	$(PY) loadtests/run_local.py --users $(LOADTEST_USERS) --run-time $(LOADTEST_TIME) \
 	  $(if $(LOADTEST_SESSIONS),,--no-sessions) --out reports/loadtest
 
-# Concurrency sweep of print and sympy against a private service on loopback, next to a fresh
-# `python -c` per call in the same run (a few minutes). Writes reports/bench/{bench.json,bench.md,bench.png}.
+# Concurrency sweep of print and sympy against a private service on loopback, next to the fair
+# baselines (a fresh interpreter per call from a plain venv with the same sympy/numpy, made once
+# under ~/.cache/rl-sandbox, and `python -I -S -c`) in the same run (a few minutes).
+# Writes reports/bench/{bench.json,bench.md,bench.png}.
 BENCH_ARGS ?=
 bench: setup
 	$(VENV)/bin/rl-sandbox bench --out reports/bench $(BENCH_ARGS)
 
-# The jail alone: latency and 2-core throughput, warm and cold, next to a fresh `python -c`.
+# The jail alone: latency, 2-core throughput and CPU per call, warm and cold, next to the same
+# fair baselines, with alternating warm/baseline rounds.
 bench-executor: setup
 	$(PY) scripts/bench_executor.py

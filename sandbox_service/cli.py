@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     bench = sub.add_parser(
-        "bench", help="concurrency sweep on loopback, next to fresh `python -c`; table and plot"
+        "bench", help="concurrency sweep on loopback, next to fresh interpreters; table and plot"
     )
     bench.add_argument("--url", default=None, help="a service on loopback (default: start one)")
     bench.add_argument(
@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--batch", type=int, default=1, help="calls per request (>1: /execute/batch)"
     )
-    bench.add_argument("--no-baseline", action="store_true", help="skip fresh `python -c`")
+    bench.add_argument(
+        "--no-baseline", action="store_true", help="skip the fresh-interpreter baselines"
+    )
     bench.add_argument(
         "--ratio-rounds", type=int, default=3, help="alternating service/baseline rounds"
     )

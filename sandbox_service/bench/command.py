@@ -1,9 +1,11 @@
-"""`rl-sandbox bench`: a concurrency sweep of the service next to fresh `python -c`, in one run.
+"""`rl-sandbox bench`: a concurrency sweep of the service next to fresh interpreters, one run.
 
-For each workload (bench_workloads.py) and each concurrency, a closed loop of callers (one
-keep-alive connection each) runs for a bounded time against the service; every result is checked
-(status and each call's own output, not only the HTTP code). In the same run the baseline spawns a
-fresh unjailed `python -c CODE` per call at concurrency 1 and at the core count. Machines are
+For each workload (workloads.py) and each concurrency, a closed loop of callers (one keep-alive
+connection each) runs for a bounded time against the service; every result is checked (status
+and each call's own output, not only the HTTP code). In the same run each fair baseline
+(baseline.py: a plain venv's `python -c`, and `python -I -S -c` for programs that import only the
+standard library) spawns a fresh unjailed interpreter per call at concurrency 1 and at the core
+count. Machines are
 noisy, so the report carries ratios measured side by side, the load average at every point, the
 CPU milliseconds each component spent per call, and the API's memory (RSS) during each point.
 
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox_service.bench.baseline import Baseline, baselines
 from sandbox_service.bench.http import loopback_target
 from sandbox_service.bench.points import Point, baseline_point, service_point
 from sandbox_service.bench.procs import StackSampler
@@ -73,9 +76,13 @@ class BenchOptions:
 
 
 async def measure(
-    url: str, options: BenchOptions, sampler: StackSampler | None, progress: Progress
+    url: str,
+    options: BenchOptions,
+    sampler: StackSampler | None,
+    progress: Progress,
+    fair: tuple[Baseline, ...],
 ) -> list[Point]:
-    """Every point of the run: for each workload, the service sweep, then the baseline."""
+    """Every point of the run: for each workload, the service sweep, then the baselines."""
     host, port = loopback_target(url)
     cores = os.cpu_count() or 1
     points: list[Point] = []
@@ -108,28 +115,35 @@ async def measure(
                 calls = len(point.latencies_s) * point.batch
                 point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
             points.append(_stamped(point))
-        if options.baseline:
+        usable = _usable(fair, workload)
+        for baseline in usable:
             for concurrency in sorted({1, cores}):
-                point = Point("baseline", name, concurrency)
+                point = Point("baseline", name, concurrency, baseline=baseline.name)
                 await progress.track(
-                    f"python -c {name} c={concurrency}",
+                    f"{baseline.name} {name} c={concurrency}",
                     point,
-                    baseline_point(point, workload, options.baseline_point_s),
+                    baseline_point(point, baseline, workload, options.baseline_point_s),
                 )
                 points.append(_stamped(point))
-            points += await _ratio_rounds(host, port, workload, points, options, progress)
+        if usable:
+            points += await _ratio_rounds(host, port, workload, usable, points, options, progress)
     return points
+
+
+def _usable(fair: tuple[Baseline, ...], workload: Workload) -> tuple[Baseline, ...]:
+    return tuple(b for b in fair if workload.stdlib_only or not b.stdlib_only)
 
 
 async def _ratio_rounds(
     host: str,
     port: int,
     workload: Workload,
+    fair: tuple[Baseline, ...],
     points: list[Point],
     options: BenchOptions,
     progress: Progress,
 ) -> list[Point]:
-    """Alternating rounds of the service at its best concurrency and the baseline at the core
+    """Alternating rounds of the service at its best concurrency and each baseline at the core
     count (see BenchOptions.ratio_rounds)."""
     sweep = [p for p in points if p.target == "service" and p.workload == workload.name]
     if not sweep or options.ratio_rounds <= 0:
@@ -153,13 +167,14 @@ async def _ratio_rounds(
             ),
         )
         rounds.append(_stamped(service))
-        baseline = Point("baseline round", workload.name, cores)
-        await progress.track(
-            f"round {r + 1} python -c {workload.name} c={cores}",
-            baseline,
-            baseline_point(baseline, workload, options.round_s),
-        )
-        rounds.append(_stamped(baseline))
+        for fresh in fair:
+            baseline = Point("baseline round", workload.name, cores, baseline=fresh.name)
+            await progress.track(
+                f"round {r + 1} {fresh.name} {workload.name} c={cores}",
+                baseline,
+                baseline_point(baseline, fresh, workload, options.round_s),
+            )
+            rounds.append(_stamped(baseline))
     return rounds
 
 
@@ -179,8 +194,10 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     sampler: StackSampler | None = None
     total = len(options.workloads) * (1 + len(options.concurrency))
     if options.baseline:
-        total += len(options.workloads) * len({1, os.cpu_count() or 1})
-        total += len(options.workloads) * 2 * options.ratio_rounds
+        for name in options.workloads:
+            kinds = 2 if WORKLOADS[name].stdlib_only else 1
+            total += kinds * len({1, os.cpu_count() or 1}) + (1 + kinds) * options.ratio_rounds
+    fair = baselines() if options.baseline else ()
     progress = Progress(total, enabled=options.progress)
     load_before = os.getloadavg()
     started = time.time()
@@ -198,7 +215,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     try:
         if sampler is not None:
             sampler.refresh()
-        points = asyncio.run(measure(url, options, sampler, progress))
+        points = asyncio.run(measure(url, options, sampler, progress, fair))
     finally:
         progress.close()
         if stack is not None:
@@ -208,6 +225,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "url": url if options.url else "private `rl-sandbox up` on loopback",
         "cores": os.cpu_count(),
+        "baselines": {b.name: list(b.argv) for b in fair},
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "options": {k: v for k, v in asdict(options).items() if k != "progress"},

@@ -1,5 +1,5 @@
 """The benchmark's measured points: closed loops of callers against the service or against fresh
-`python -c` processes, each call checked (see bench.py)."""
+interpreters (baseline.py), each call checked (see command.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import asyncio
 import json
 import resource
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_service.bench.baseline import Baseline
 from sandbox_service.bench.http import Connection
 from sandbox_service.bench.workloads import Workload
 
@@ -22,11 +22,13 @@ class Point:
     """One measured (target, workload, concurrency)."""
 
     target: str
-    """`service` or `baseline` (fresh `python -c` per call, no jail)."""
+    """`service` or `baseline` (a fresh interpreter per call, no jail), or a round of either."""
     workload: str
     concurrency: int
     batch: int = 1
     """Calls per request."""
+    baseline: str = ""
+    """Which baseline (Baseline.name) a baseline point ran."""
     latencies_s: list[float] = field(default_factory=list)
     """One per request."""
     failed: int = 0
@@ -48,6 +50,7 @@ class Point:
         return {
             "target": self.target,
             "workload": self.workload,
+            "baseline": self.baseline,
             "concurrency": self.concurrency,
             "batch": self.batch,
             "calls": calls,
@@ -144,9 +147,11 @@ async def service_point(
     point.elapsed_s = time.perf_counter() - started
 
 
-async def baseline_point(point: Point, workload: Workload, point_s: float) -> None:
-    """Measure one closed-loop point of fresh `python -c CODE` processes (no jail) into `point`,
-    with their CPU per call (reaped children) and this process's (spawning and reading them)."""
+async def baseline_point(
+    point: Point, baseline: Baseline, workload: Workload, point_s: float
+) -> None:
+    """Measure one closed-loop point of fresh interpreters (no jail) into `point`, with their
+    CPU per call (reaped children) and this process's (spawning and reading them)."""
     loop = Caller(10**6, point_s)
 
     async def caller() -> None:
@@ -155,7 +160,7 @@ async def baseline_point(point: Point, workload: Workload, point_s: float) -> No
             first = False
             started = time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", workload.code(i),
+                *baseline.argv, workload.code(i),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             out, err = await proc.communicate()
@@ -179,7 +184,7 @@ async def baseline_point(point: Point, workload: Workload, point_s: float) -> No
     python_c = 1000 * (_cpu_s(resource.RUSAGE_CHILDREN) - children) / calls
     bench = 1000 * (_cpu_s(resource.RUSAGE_SELF) - me) / calls
     point.cpu_ms_per_call = {
-        "python -c": round(python_c, 3),
+        "interpreters": round(python_c, 3),
         "bench": round(bench, 3),
         "total": round(python_c, 3),
     }

@@ -78,20 +78,27 @@ class Progress:
             sys.stderr.flush()
 
 
-def _best(rows: Sequence[Row], target: str, workload: str) -> Row | None:
-    mine = [r for r in rows if r["target"] == target and r["workload"] == workload]
+def _best(rows: Sequence[Row], target: str, workload: str, baseline: str = "") -> Row | None:
+    mine = [
+        r
+        for r in rows
+        if (r["target"], r["workload"], r.get("baseline", "")) == (target, workload, baseline)
+    ]
     return max(mine, key=lambda r: r["calls_per_s"], default=None)
 
 
-def _at(rows: Sequence[Row], target: str, workload: str, concurrency: int) -> Row | None:
+def _at(
+    rows: Sequence[Row], target: str, workload: str, concurrency: int, baseline: str = ""
+) -> Row | None:
     for r in rows:
-        if (r["target"], r["workload"], r["concurrency"]) == (target, workload, concurrency):
+        key = (r["target"], r["workload"], r["concurrency"], r.get("baseline", ""))
+        if key == (target, workload, concurrency, baseline):
             return r
     return None
 
 
 def ratios(rows: Sequence[Row]) -> list[Row]:
-    """Per workload, service against baseline, all measured in the same run:
+    """Per workload and baseline, service against that baseline, all measured in the same run:
 
     - `throughput_ratio`: best service throughput of the sweep over the best baseline;
     - `interleaved_ratio_median`: the median over alternating rounds (service at its best
@@ -101,23 +108,38 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
     - `p50_speedup_c1`: the p50 of one call at concurrency 1, baseline over service.
     """
     out: list[Row] = []
-    for workload in dict.fromkeys(r["workload"] for r in rows):
-        service, baseline = _best(rows, "service", workload), _best(rows, "baseline", workload)
+    pairs_seen = dict.fromkeys(
+        (r["workload"], r.get("baseline", "")) for r in rows if r["target"] == "baseline"
+    )
+    for workload, name in pairs_seen:
+        service, baseline = (
+            _best(rows, "service", workload),
+            _best(rows, "baseline", workload, name),
+        )
         if service is None or baseline is None or not baseline["calls_per_s"]:
             continue
         entry: Row = {
             "workload": workload,
+            "baseline": name,
             "service_best_calls_per_s": service["calls_per_s"],
             "service_best_at_concurrency": service["concurrency"],
             "baseline_best_calls_per_s": baseline["calls_per_s"],
             "throughput_ratio": round(service["calls_per_s"] / baseline["calls_per_s"], 2),
         }
-        pairs = zip(
-            [r for r in rows if (r["target"], r["workload"]) == ("service round", workload)],
-            [r for r in rows if (r["target"], r["workload"]) == ("baseline round", workload)],
-            strict=True,
-        )
-        per_round = [s["calls_per_s"] / b["calls_per_s"] for s, b in pairs if b["calls_per_s"]]
+        service_rounds = [
+            r for r in rows if (r["target"], r["workload"]) == ("service round", workload)
+        ]
+        baseline_rounds = [
+            r
+            for r in rows
+            if (r["target"], r["workload"], r.get("baseline", ""))
+            == ("baseline round", workload, name)
+        ]
+        per_round = [
+            s["calls_per_s"] / b["calls_per_s"]
+            for s, b in zip(service_rounds, baseline_rounds, strict=True)
+            if b["calls_per_s"]
+        ]
         if per_round:
             entry["interleaved_ratios"] = [round(x, 2) for x in per_round]
             entry["interleaved_ratio_median"] = round(statistics.median(per_round), 2)
@@ -126,7 +148,7 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
             entry["service_cpu_ms_per_call"] = round(s_cpu, 2)
             entry["baseline_cpu_ms_per_call"] = round(b_cpu, 2)
             entry["cpu_ratio"] = round(b_cpu / s_cpu, 2)
-        s1, b1 = _at(rows, "service", workload, 1), _at(rows, "baseline", workload, 1)
+        s1, b1 = _at(rows, "service", workload, 1), _at(rows, "baseline", workload, 1, name)
         if s1 is not None and b1 is not None and s1["p50_ms"]:
             entry["service_p50_ms_c1"] = s1["p50_ms"]
             entry["baseline_p50_ms_c1"] = b1["p50_ms"]
@@ -144,7 +166,8 @@ def _cpu_per_call(row: Row) -> float | None:
 
 def table(report: Row) -> str:
     """The report as Markdown: one row per point, then the ratios."""
-    cols = ["target", "workload", "concurrency", "batch", "calls", "failed", "calls_per_s"]
+    cols = ["target", "baseline", "workload", "concurrency", "batch", "calls", "failed"]
+    cols += ["calls_per_s"]
     cols += ["p50_ms", "p99_ms", "load_avg_1m"]
     lines = [
         f"cores {report['cores']}, load average before {report['load_avg_before']}, "
@@ -159,18 +182,18 @@ def table(report: Row) -> str:
         cpu = r.get("cpu_ms_per_call") or {}
         parts = ("api", "workers", "jail", "redis")
         cpu_text = "/".join(f"{cpu[k]:.2f}" if k in cpu else "-" for k in parts) if cpu else ""
-        if "python -c" in cpu:
-            cpu_text = f"python -c {cpu['python -c']:.2f}"
+        if "interpreters" in cpu:  # a baseline point
+            cpu_text = f"interpreters {cpu['interpreters']:.2f}"
         rss = (r.get("rss_mb") or {}).get("api")
         rss_text = f"{rss['start']:.0f}/{rss['max']:.0f}/{rss['end']:.0f}" if rss else ""
-        cells = [str(r[c]) for c in cols] + [cpu_text, rss_text]
+        cells = [str(r.get(c, "")) for c in cols] + [cpu_text, rss_text]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "| workload | service best/s | baseline best/s | throughput ratio (sweep)"
+        "| workload | baseline | service best/s | baseline best/s | throughput ratio (sweep)"
         " | interleaved rounds | CPU ms/call service / baseline (ratio)"
         " | p50 c=1 service ms | p50 c=1 baseline ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for q in report["ratios"]:
         rounds = ", ".join(f"{x}x" for x in q.get("interleaved_ratios", []))
@@ -182,7 +205,7 @@ def table(report: Row) -> str:
             else ""
         )
         lines.append(
-            f"| {q['workload']} | {q['service_best_calls_per_s']} "
+            f"| {q['workload']} | {q['baseline']} | {q['service_best_calls_per_s']} "
             f"(c={q['service_best_at_concurrency']}) | {q['baseline_best_calls_per_s']} | "
             f"{q['throughput_ratio']}x | {rounds_text} | {cpu_text} | "
             f"{q.get('service_p50_ms_c1', '')} | {q.get('baseline_p50_ms_c1', '')} |"
@@ -216,17 +239,23 @@ def plot(report: Row, path: Path) -> bool:
         )
         conc = [r["concurrency"] for r in service]
         ax_tp.plot(conc, [r["calls_per_s"] for r in service], "o-", label="service")
-        base = _best(rows, "baseline", workload)
-        if base is not None:
-            ax_tp.axhline(base["calls_per_s"], color="gray", ls="--",
-                          label=f"python -c (best, c={base['concurrency']})")  # fmt: skip
+        names = dict.fromkeys(
+            r["baseline"] for r in rows if (r["target"], r["workload"]) == ("baseline", workload)
+        )
+        styles = dict(zip(names, ("--", ":", "-."), strict=False))
+        for name, ls in styles.items():
+            base = _best(rows, "baseline", workload, name)
+            if base is not None:
+                ax_tp.axhline(base["calls_per_s"], color="gray", ls=ls,
+                              label=f"{name} (best, c={base['concurrency']})")  # fmt: skip
         ax_tp.set_title(f"{workload}: throughput")
         ax_tp.set_ylabel("calls/s")
         ax_lat.plot(conc, [r["p50_ms"] for r in service], "o-", label="service p50")
         ax_lat.plot(conc, [r["p99_ms"] for r in service], "s--", label="service p99")
-        base1 = _at(rows, "baseline", workload, 1)
-        if base1 is not None:
-            ax_lat.axhline(base1["p50_ms"], color="gray", ls="--", label="python -c p50, c=1")
+        for name, ls in styles.items():
+            base1 = _at(rows, "baseline", workload, 1, name)
+            if base1 is not None:
+                ax_lat.axhline(base1["p50_ms"], color="gray", ls=ls, label=f"{name} p50, c=1")
         ax_lat.set_yscale("log")
         ax_lat.set_title(f"{workload}: latency")
         ax_lat.set_ylabel("ms")

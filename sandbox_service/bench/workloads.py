@@ -24,6 +24,8 @@ class Workload:
     expected_stdout: Callable[[int], str]
     flood: bool = False
     """Output is capped by the server: check a prefix and the truncation flag, not the text."""
+    stdlib_only: bool = False
+    """Imports nothing outside the standard library (so `python -I -S` can run it)."""
 
     def check(self, i: int, result: Mapping[str, Any]) -> str | None:
         """None when the result of call i is right, else what is wrong."""
@@ -61,6 +63,7 @@ WORKLOADS: dict[str, Workload] = {
             "print(i): a trivial tool call, all overhead",
             code=lambda i: f"print({i})",
             expected_stdout=lambda i: f"{i}\n",
+            stdlib_only=True,
         ),
         Workload(
             "sympy",
@@ -91,6 +94,7 @@ WORKLOADS: dict[str, Workload] = {
             ),
             expected_stdout=lambda i: str(i % 10) * FLOOD_BYTES,
             flood=True,
+            stdlib_only=True,
         ),
     )
 }

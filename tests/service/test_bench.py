@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from sandbox_service.bench.baseline import baselines
 from sandbox_service.bench.command import BenchOptions, run_bench
 from sandbox_service.bench.http import NotLoopback, loopback_target
 from sandbox_service.bench.workloads import WORKLOADS
@@ -34,29 +37,33 @@ def test_a_tiny_sweep_answers_every_call_right_and_reports_ratios(
     baseline = [p for p in points if p["target"] == "baseline"]
     rounds = [(p["target"], p["workload"]) for p in points if p["target"].endswith("round")]
     assert rounds == [
-        ("service round", "print"), ("baseline round", "print"),
-        ("service round", "flood"), ("baseline round", "flood"),
+        ("service round", "print"), ("baseline round", "print"), ("baseline round", "print"),
+        ("service round", "flood"), ("baseline round", "flood"), ("baseline round", "flood"),
     ]  # fmt: skip
     assert [(p["workload"], p["concurrency"]) for p in service] == [
         ("print", 1), ("print", 3), ("flood", 1), ("flood", 3)
     ]  # fmt: skip
-    assert {p["workload"] for p in baseline} == {"print", "flood"}
+    assert {(p["workload"], p["baseline"]) for p in baseline} == {
+        (w, b) for w in ("print", "flood") for b in ("plain venv", "python -I -S")
+    }
     assert all(p["calls"] >= p["concurrency"] for p in points)
     assert [p["first_failure"] for p in points if p["failed"]] == []
     for p in service:
         assert p["p50_ms"] <= p["p99_ms"]
         assert set(p["cpu_ms_per_call"]) >= {"api", "bench", "total"}
         assert set(p["rss_mb"]["api"]) == {"start", "max", "end"}
-    assert {r["workload"] for r in report["ratios"]} == {"print", "flood"}
+    assert {(r["workload"], r["baseline"]) for r in report["ratios"]} == {
+        (w, b) for w in ("print", "flood") for b in ("plain venv", "python -I -S")
+    }
     for ratio in report["ratios"]:
         assert ratio["throughput_ratio"] > 0 and ratio["cpu_ratio"] > 0
         assert len(ratio["interleaved_ratios"]) == 1 and ratio["interleaved_ratio_median"] > 0
-    assert all(p["cpu_ms_per_call"]["python -c"] > 0 for p in baseline)
+    assert all(p["cpu_ms_per_call"]["interpreters"] > 0 for p in baseline)
 
     assert json.loads((tmp_path / "bench.json").read_text()) == {
         k: v for k, v in report.items() if k != "plot"
     }
-    assert "| workload | service best/s" in (tmp_path / "bench.md").read_text()
+    assert "| workload | baseline | service best/s" in (tmp_path / "bench.md").read_text()
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -74,6 +81,32 @@ def test_a_batched_sweep_counts_calls_not_requests(stack: Stack, tmp_path: Path)
     (point,) = run_bench(options, tmp_path)["points"]
     assert (point["batch"], point["failed"], point["first_failure"]) == (4, 0, "")
     assert point["calls"] >= 8 and point["calls"] % 4 == 0
+
+
+def test_the_plain_venv_has_the_same_libraries_and_not_this_project(tmp_path: Path) -> None:
+    plain = baselines()[0]
+    probe = (
+        "import importlib.util as u, importlib.metadata as m, sys\n"
+        "print(sys.prefix != sys.base_prefix, u.find_spec('sandbox_service') is None,"
+        " [m.version(p) for p in ('sympy', 'numpy', 'mpmath')])"
+    )
+    out = subprocess.run(
+        [*plain.argv, probe], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
+    here = [importlib.metadata.version(p) for p in ("sympy", "numpy", "mpmath")]
+    assert out == f"True True {here}\n"
+
+
+def test_only_stdlib_workloads_run_on_the_bare_interpreter() -> None:
+    (plain, bare) = baselines()
+    assert "-S" in bare.argv and bare.stdlib_only and not plain.stdlib_only
+    bare_ok = {name for name, w in WORKLOADS.items() if w.stdlib_only}
+    assert bare_ok == {"print", "flood"}
+    for name in bare_ok:
+        code = WORKLOADS[name].code(3)
+        done = subprocess.run([*bare.argv, code], capture_output=True, text=True, check=True)
+        assert WORKLOADS[name].check(3, {"status": "ok", "stdout": done.stdout,
+                                         "stdout_truncated": False}) is None  # fmt: skip
 
 
 def test_every_workload_checks_its_own_answer() -> None:
