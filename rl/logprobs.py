@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,23 +72,75 @@ def pad_responses(
     )
 
 
+CHUNK_TOKENS = 1024
+"""Response positions whose vocabulary logits exist at once (per row) in response_logprobs."""
+
+
+class LogProbModel(torch.nn.Module):
+    """A causal LM whose forward returns the log-probabilities of given tokens, not logits.
+
+    Wrapping the model in a module of its own makes it the root that FSDP2 shards last: its
+    unit holds the embeddings, the final norm and the (often tied) output head, which stay
+    gathered for the whole forward while the chunks below reuse the head.
+    """
+
+    def __init__(self, lm: Any, chunk_tokens: int = CHUNK_TOKENS) -> None:
+        super().__init__()
+        if chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be at least 1")
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, batch: ResponseBatch, temperature: float = 1.0) -> torch.Tensor:
+        """(B, T) log pi(response token | everything before it); see response_logprobs."""
+        decoder = self.lm.get_decoder()
+        head = self.lm.get_output_embeddings()
+        hidden = decoder(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+        ).last_hidden_state
+        t = batch.response_ids.shape[1]
+        # The hidden state that predicts response token j of row i sits at prompt_len[i] - 1 + j.
+        offsets = torch.arange(t, device=hidden.device).unsqueeze(0)
+        index = (batch.prompt_lens.unsqueeze(1) - 1 + offsets).clamp(max=hidden.shape[1] - 1)
+        picked = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        scale = 1.0 / temperature if temperature > 0 else 1.0
+        pieces = []
+        for start in range(0, t, self.chunk_tokens):
+            end = min(start + self.chunk_tokens, t)
+            args = (head, picked[:, start:end], batch.response_ids[:, start:end], scale)
+            if torch.is_grad_enabled():
+                # Recomputed in the backward: only one chunk's logits are ever alive.
+                piece = torch.utils.checkpoint.checkpoint(
+                    _chosen_logprobs, *args, use_reentrant=False
+                )
+            else:
+                piece = _chosen_logprobs(*args)
+            pieces.append(piece)
+        token_logp = torch.cat(pieces, dim=1)
+        valid = offsets < (batch.attention_mask.sum(1) - batch.prompt_lens).unsqueeze(1)
+        return torch.where(valid, token_logp, torch.zeros_like(token_logp))
+
+
+def _chosen_logprobs(
+    head: Any, hidden: torch.Tensor, targets: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """(B, C) log-softmax of the chosen tokens: fp32 logits of one chunk, (B, C, V), then gone."""
+    logits: torch.Tensor = head(hidden).float()
+    if scale != 1.0:
+        logits = logits * scale
+    chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(logits, dim=-1)
+
+
 def response_logprobs(
     model: Any, batch: ResponseBatch, *, temperature: float = 1.0
 ) -> torch.Tensor:
     """(B, T) log pi(response token | everything before it), logits divided by temperature.
 
-    Padding positions hold 0.0 (mask them). Gradients flow unless called under no_grad.
+    model: a transformers causal LM, or a LogProbModel (the FSDP-sharded form). The full
+    (B, L, V) logits never exist: the head runs on response positions only, CHUNK_TOKENS at a
+    time. Padding positions hold 0.0 (mask them). Gradients flow unless called under no_grad.
     """
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = out.logits
-    t = batch.response_ids.shape[1]
-    # Logits that predict response token j of row i sit at prompt_len[i] - 1 + j.
-    offsets = torch.arange(t, device=logits.device).unsqueeze(0)
-    index = (batch.prompt_lens.unsqueeze(1) - 1 + offsets).clamp(max=logits.shape[1] - 1)
-    picked = logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
-    if temperature > 0 and temperature != 1.0:
-        picked = picked / temperature
-    logp = torch.log_softmax(picked, dim=-1)
-    token_logp = logp.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
-    valid = offsets < (batch.attention_mask.sum(1) - batch.prompt_lens).unsqueeze(1)
-    return torch.where(valid, token_logp, torch.zeros_like(token_logp))
+    wrapped = model if isinstance(model, LogProbModel) else LogProbModel(model)
+    result: torch.Tensor = wrapped(batch, temperature)
+    return result

@@ -1,0 +1,156 @@
+"""Data-parallel training with PyTorch's own engine: FSDP2 (`fully_shard`) under `torchrun`.
+
+One code path for 1 process or N: `init_from_env` starts the process group from torchrun's
+variables (or does nothing without them), `shard_model` shards each transformer block and then
+the LogProbModel root (embeddings, final norm and tied head gathered together), with mixed
+precision, and `backward_over_ranks` runs a mini-batch's backward split over the ranks.
+
+The loss of a micro-batch is the token sum over that micro-batch divided by the mini-batch's
+token count on all ranks together, and gradients are summed over ranks (divide factor 1): so N
+ranks produce the gradient one process would on the same rows. Device-agnostic: the accelerator
+is `torch.accelerator`'s (CUDA and ROCm builds alike), the backend the one torch names for it
+(nccl/rccl, gloo on CPU); nothing here calls torch.cuda.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from rl.logprobs import LogProbModel
+from rl.parallel.microbatch import pad_plan, split_balanced, token_budget_batches
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """This process's place among the training processes."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that writes logs and checkpoints."""
+        return self.rank == 0
+
+
+def accelerator(local_rank: int) -> torch.device:
+    """The local accelerator of this rank (CUDA or ROCm, XPU, ...), else the CPU."""
+    if torch.accelerator.is_available():
+        kind = torch.accelerator.current_accelerator()
+        assert kind is not None
+        device = torch.device(kind.type, local_rank % torch.accelerator.device_count())
+        torch.accelerator.set_device_index(device.index)
+        return device
+    return torch.device("cpu")
+
+
+def init_from_env(environ: dict[str, str] | None = None) -> Topology:
+    """The process group from torchrun's RANK, WORLD_SIZE, LOCAL_RANK; one process without them."""
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
+    device = accelerator(local_rank)
+    if world > 1 and not dist.is_initialized():
+        backend = dist.get_default_backend_for_device(device)
+        dist.init_process_group(backend=backend, device_id=device if device.type != "cpu" else None)
+    return Topology(rank, world, local_rank, device)
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def transformer_blocks(lm: Any) -> list[torch.nn.Module]:
+    """The repeated blocks of a transformers model (its `_no_split_modules` classes)."""
+    names = set(getattr(lm, "_no_split_modules", None) or ())
+    blocks = [m for m in lm.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ValueError(f"{type(lm).__name__} names no transformer block class to shard")
+    return blocks
+
+
+def shard_model(
+    model: LogProbModel,
+    *,
+    param_dtype: torch.dtype | None = None,
+    reshard_after_forward: bool = True,
+) -> LogProbModel:
+    """Shard model in place with FSDP2: each block, then the root; returns it.
+
+    param_dtype: the dtype of forwards and backwards (bfloat16 for mixed precision; None: the
+    parameters' own); gradients are reduced and kept in float32 whatever it is.
+    """
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in transformer_blocks(model.lm):
+        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    # Losses are divided by the global token count already: gradients must be summed, by every
+    # unit. Plain SUM collectives: a divide factor alone makes FSDP use PREMUL_SUM (not in gloo).
+    for unit in model.modules():
+        if isinstance(unit, FSDPModule):
+            unit.set_gradient_divide_factor(1.0)
+            unit.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def all_reduce(value: float, op: str = "sum", device: torch.device | None = None) -> float:
+    """A float summed (or maxed) over the ranks; itself with one process."""
+    if world()[1] == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=device or torch.device("cpu"))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return float(tensor.item())
+
+
+MicroBatchLoss = Callable[[list[int]], torch.Tensor]
+"""The loss of the given rows (token sum / global token count), with its graph."""
+
+
+def backward_over_ranks(
+    lengths: Sequence[int],
+    token_budget: int,
+    loss_of: MicroBatchLoss,
+    *,
+    device: torch.device | None = None,
+) -> float:
+    """Backward of a mini-batch whose rows have these lengths, split over the ranks in
+    token-budget micro-batches; returns the mini-batch's loss (summed over ranks).
+
+    Every rank must call it with the same rows. A rank with fewer micro-batches than another
+    runs zero-weight passes on row 0, so that every rank joins every collective.
+    """
+    rank, size = world()
+    mine = split_balanced(lengths, size)[rank]
+    plan = token_budget_batches(mine, lengths, token_budget)
+    count = int(all_reduce(float(len(plan)), "max", device))
+    total = 0.0
+    for rows in pad_plan(plan, count):
+        loss = loss_of(rows) if rows else loss_of([0]) * 0.0
+        loss.backward()  # type: ignore[no-untyped-call]
+        total += float(loss.detach())
+    return all_reduce(total, "sum", device)
+
+
+def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's whole gradient (gathered from the shards), by name, on the CPU."""
+    grads = {}
+    for name, param in model.named_parameters():
+        if param.grad is None:
+            continue
+        grad = param.grad
+        full = getattr(grad, "full_tensor", None)
+        grads[name] = (full() if full is not None else grad).detach().cpu()
+    return grads
