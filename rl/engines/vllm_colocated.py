@@ -1,4 +1,8 @@
-"""VLLMEngine: vLLM in the trainer's process (colocated), weights synced after each update.
+"""VLLMEngine: vLLM colocated with the trainer on its GPU, weights pushed after each update.
+
+Supported: vLLM 0.10.2 to 0.11 (the `vllm` extra pins them), the V1 engine (engine core in its
+own process): weights go by CUDA IPC in bf16 buckets (rl.engines.vllm_cuda), sleep mode frees
+the GPU during the update, log-probs are the processed (temperature-applied) ones.
 
 Used only where vllm is installed (`pip install vllm` on a GPU host); nothing here is imported
 otherwise. It has NOT been run in this repository's CI (no GPU, no vllm there): it is written
@@ -24,25 +28,15 @@ from rl.engines.base import FinishReason, Generation, SamplingParams
 _ids = itertools.count()
 
 
-class VLLMWorkerExtension:
-    """Mixed into vLLM's GPU worker (`worker_extension_cls`): loads weights sent by the trainer.
-
-    Colocated, the trainer and vLLM share the GPU; the tensors travel through collective_rpc
-    (same process with VLLM_ENABLE_V1_MULTIPROCESSING=0, CUDA IPC otherwise).
-    """
-
-    model_runner: Any
-
-    def rl_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        """Load (name, tensor) pairs into the running model (names as in the HF checkpoint)."""
-        self.model_runner.model.load_weights(weights=weights)
-
-
 class VLLMEngine:
     """An Engine over vllm.AsyncLLMEngine, colocated with the trainer on one GPU."""
 
-    def __init__(self, engine: Any, *, name: str, capacity_tokens: int) -> None:
+    def __init__(
+        self, engine: Any, *, name: str, capacity_tokens: int, bucket_bytes: int = 512 << 20
+    ) -> None:
         self._engine = engine
+        self._bucket_bytes = bucket_bytes
+        self._asleep = False
         self._name = name
         self._capacity = capacity_tokens
 
@@ -56,6 +50,8 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         seed: int = 0,
         max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
+        bucket_mb: int = 512,
     ) -> VLLMEngine:
         """Start vLLM on model_path; capacity 0 means the engine's own KV-cache size."""
         from vllm import (  # type: ignore[import-not-found,unused-ignore]
@@ -69,12 +65,16 @@ class VLLMEngine:
             seed=seed,
             max_model_len=max_model_len,
             enable_prefix_caching=True,  # the turns of a rollout share their prefix
-            worker_extension_cls=f"{__name__}.VLLMWorkerExtension",
+            tensor_parallel_size=tensor_parallel_size,
+            enable_sleep_mode=True,  # KV cache and weights freed during the update
+            # log-probs of the distribution sampled from (temperature applied), as the trainer's
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls="rl.engines.vllm_cuda.VLLMWorkerExtension",
         )
         engine = AsyncLLMEngine.from_engine_args(args)
         if capacity_tokens <= 0:
             capacity_tokens = _kv_capacity_tokens(engine)
-        return cls(engine, name=name, capacity_tokens=capacity_tokens)
+        return cls(engine, name=name, capacity_tokens=capacity_tokens, bucket_bytes=bucket_mb << 20)
 
     @property
     def name(self) -> str:
@@ -127,10 +127,28 @@ class VLLMEngine:
             text=completion.text,
         )
 
+    async def release_memory(self) -> None:
+        """Before the update: free the KV cache and the weights (level 2: nothing kept, the
+        sync overwrites every weight), so the trainer has the GPU."""
+        if not self._asleep:
+            await self._engine.sleep(level=2)
+            self._asleep = True
+
     async def sync_weights(self, named_parameters: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy the trainer's weights into vLLM (after each update), then drop stale cache."""
-        weights = [(name, tensor.detach()) for name, tensor in named_parameters]
-        await self._engine.collective_rpc("rl_load_weights", args=(weights,))
+        """Push the trainer's weights by CUDA IPC in bf16 buckets, then drop the stale prefix
+        cache: wake the weights, load bucket after bucket, wake the KV cache."""
+        from rl.engines.vllm_cuda import bucketed, ipc_handle, layout_wire
+
+        if self._asleep:
+            await self._engine.wake_up(tags=["weights"])
+        for bucket, buffer in bucketed(named_parameters, self._bucket_bytes):
+            await self._engine.collective_rpc(
+                "rl_load_bucket", args=(ipc_handle(buffer), layout_wire(bucket))
+            )
+            del buffer  # every worker has loaded it: collective_rpc returned
+        if self._asleep:
+            await self._engine.wake_up(tags=["kv_cache"])
+            self._asleep = False
         await self._engine.reset_prefix_cache()
 
     async def aclose(self) -> None:

@@ -118,6 +118,11 @@ class EngineConfig:
     """transformers: concurrent prefill cohorts (one forward each per step)."""
     gpu_memory_utilization: float = 0.5
     """vllm: share of GPU memory for weights and KV cache (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """vllm: GPUs one engine spans (placement: the engine starts on the devices that
+    CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES show this process, the trainer's first)."""
+    bucket_mb: int = 512
+    """vllm: size of the bf16 buckets the weights are pushed in by CUDA IPC."""
 
 
 @dataclass(frozen=True, slots=True)

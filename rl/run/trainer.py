@@ -235,6 +235,8 @@ class Run:
                         name=name,
                         capacity_tokens=e.capacity_tokens,
                         gpu_memory_utilization=e.gpu_memory_utilization,
+                        tensor_parallel_size=e.tensor_parallel_size,
+                        bucket_mb=e.bucket_mb,
                         seed=self.config.seed + i,
                     )
                 )
@@ -418,6 +420,7 @@ class Run:
         lr = self.lr_schedule.get_last_lr()[0]
         update: dict[str, float] = {}
         if selection.kept:
+            await self.release_engine_memory()
             with self._amp():
                 update = policy_update(
                     self.model,
@@ -432,10 +435,7 @@ class Run:
                     temperature=self.config.rollout.temperature,
                 )
             self.lr_schedule.step()
-            for engine in self.engines:
-                sync = getattr(engine, "sync_weights", None)
-                if sync is not None:  # engines with their own copy (vLLM); hf shares the model
-                    await sync(self.model.named_parameters())
+            await self.sync_engines()
         t3 = time.monotonic()
         for t, r in list(zip(trajectories, rewards, strict=True))[:: grpo.rollouts_per_prompt][:2]:
             sample = {"step": self.global_step, "reward": r, "finish": t.finish_reason}
@@ -459,6 +459,21 @@ class Run:
             }
         )
         return line
+
+    async def sync_engines(self) -> None:
+        """Push the policy's weights to the engines with their own copy (vLLM; the transformers
+        engine shares the model): after each update, after SFT, at each GRPO stage start."""
+        for engine in self.engines:
+            sync = getattr(engine, "sync_weights", None)
+            if sync is not None:
+                await sync(self.model.named_parameters())
+
+    async def release_engine_memory(self) -> None:
+        """Before an update: engines that can free their GPU memory do (vLLM's sleep mode)."""
+        for engine in self.engines:
+            release = getattr(engine, "release_memory", None)
+            if release is not None:
+                await release()
 
     # --- records ------------------------------------------------------------------------------
 
@@ -580,7 +595,9 @@ async def _stages(run: Run, url: str, verifier: VerifierPool) -> None:
                 print(f"[{stage.name}] {stage.kind}: {stage.steps} steps", flush=True)
                 if stage.kind == "sft":
                     await run.sft(stage, client)
+                    await run.sync_engines()  # else GRPO's first rollouts are pre-SFT
                 else:
+                    await run.sync_engines()  # a stage starts from the policy as it is
                     await run.grpo(stage, client, verifier)
                 run.checkpoint(f"{stage.name}-end")
     finally:
