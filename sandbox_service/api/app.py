@@ -190,7 +190,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def run_requests(requests: list[ExecuteRequest], route: str) -> list[ResultDict]:
         return await run([to_payload(request) for request in requests], route)
 
-    app.include_router(codejudge_router(settings, run_requests, metrics))
+    app.include_router(codejudge_router(settings, run_requests, metrics, dispatcher))
     app.include_router(sandboxfusion_router(settings, run_requests, metrics))
     app.include_router(verify_router(settings, run))
     _document_bodies(app, (ExecuteRequest, BatchRequest))

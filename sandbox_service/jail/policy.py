@@ -18,8 +18,13 @@ JAILED_UID = 1000
 ZYGOTE_PATH_IN_JAIL = "/opt/rl-sandbox/zygote.py"
 PROTOCOL_PATH_IN_JAIL = "/opt/rl-sandbox/protocol.py"
 WORK_DIR = "/home/sandbox"
-SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
-"""The jail's private writable directories (tmpfs)."""
+SCRATCH_DIRS = (WORK_DIR, "/tmp", "/mnt", "/dev/shm")
+"""The jail's private writable directories (tmpfs); /mnt because SandboxFusion's programs use it."""
+HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
+"""/etc/hosts: `localhost` (and the jail's hostname) on the loopback interface nsjail brings up."""
+NSSWITCH = b"hosts: files\n"
+"""Names resolve from /etc/hosts only: there is no DNS server to ask, and glibc's default without
+this file would try one first."""
 VENV_IN_JAIL = "/opt/rl-sandbox/venv"
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
@@ -173,6 +178,8 @@ def build_config(layout: JailLayout) -> NsJailConfig:
             rw=False,
         ),
         MountPt(src_content=_passwd(), dst="/etc/passwd", is_bind=True, rw=False),
+        MountPt(src_content=HOSTS, dst="/etc/hosts", is_bind=True, rw=False),
+        MountPt(src_content=NSSWITCH, dst="/etc/nsswitch.conf", is_bind=True, rw=False),
         *[MountPt(src=d, dst=d, is_bind=True, rw=True) for d in DEVICES if os.path.exists(d)],
         # Writable so that a child can raise its own oom_score_adj; what is writable there is
         # guarded by ownership, and the jailed uid owns nothing but its own processes' files
@@ -180,6 +187,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         MountPt(dst="/proc", fstype="proc", rw=True),
         _scratch(WORK_DIR, layout.workdir_size_mb, "0755"),
         _scratch("/tmp", layout.tmp_size_mb, "1777"),
+        _scratch("/mnt", layout.tmp_size_mb, "1777"),
         _scratch("/dev/shm", min(layout.tmp_size_mb, 64), "1777"),
     ]
     cfg.seccomp_string = [SECCOMP_POLICY]

@@ -58,7 +58,7 @@ else:  # inside the jail, run as a script: protocol.py is mounted next to this f
     _spec.loader.exec_module(protocol)
 
 WORK_DIR = "/home/sandbox"
-SCRATCH_DIRS = (WORK_DIR, "/tmp", "/dev/shm")
+SCRATCH_DIRS = (WORK_DIR, "/tmp", "/mnt", "/dev/shm")
 PR_SET_DUMPABLE = 4
 WARM_UP_AFTER_IDLE_S = 0.02
 REAP_DEADLINE_S = 10.0

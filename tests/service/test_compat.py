@@ -122,15 +122,18 @@ async def test_run_output_is_cut_like_code_judges_after_the_comparison(
     assert result["success"] is True and result["stdout"] == "x" * 1000
 
 
-@pytest.mark.parametrize("kind", ["cpp", "math"])
-async def test_types_code_judge_knows_but_we_do_not_run_are_invalid_input(
-    http: httpx.AsyncClient, kind: str
-) -> None:
-    result = await post(http, "/run", {"type": kind, "solution": "int main() {}"})
+async def test_cpp_which_code_judge_runs_is_invalid_input_here(http: httpx.AsyncClient) -> None:
+    result = await post(http, "/run", {"type": "cpp", "solution": "int main() {}"})
     assert (result["success"], result["run_success"], result["reason"]) == (
         False, False, "invalid_input",
     )  # fmt: skip
     assert result["stdout"] is None and "supported: python" in result["stderr"]
+
+
+async def test_math_is_an_internal_error_as_in_code_judge(http: httpx.AsyncClient) -> None:
+    result = await post(http, "/run", {"type": "math", "solution": "1 + 1"})
+    assert (result["run_success"], result["reason"], result["cost"]) == (False, "internal_error", 0)
+    assert result["stdout"] is None and result["stderr"] is None
 
 
 async def test_a_solution_over_the_server_limit_is_invalid_input(http: httpx.AsyncClient) -> None:

@@ -12,6 +12,8 @@ from pydantic import ValidationError
 
 from sandbox_service.api.compat.codejudge import (
     MAX_OUTPUT_CHARS,
+    TIMEOUT_MARK,
+    JudgeResult,
     Planned,
     Submission,
     SubmissionResult,
@@ -85,16 +87,24 @@ def test_a_missing_sub_id_becomes_a_uuid(given: str | None) -> None:
     assert sub_id_of("mine") == "mine"
 
 
-@pytest.mark.parametrize("kind", ["cpp", "math"])
-def test_types_that_do_not_run_here_are_invalid_input(kind: str) -> None:
+def test_cpp_does_not_run_here_and_is_invalid_input() -> None:
     outcome = plan(
-        Submission.model_validate({"type": kind, "solution": "x", "sub_id": "c"}), SETTINGS
+        Submission.model_validate({"type": "cpp", "solution": "x", "sub_id": "c"}), SETTINGS
     )
     assert outcome == SubmissionResult(
         sub_id="c", success=False, run_success=False, cost=0.0, stdout=None,
-        stderr=f"type '{kind}' is not supported by this server; supported: python",
+        stderr="type 'cpp' is not supported by this server; supported: python",
         reason="invalid_input",
     )  # fmt: skip
+
+
+def test_math_is_an_internal_error_with_no_output_as_code_judge_answers_it() -> None:
+    outcome = plan(Submission.model_validate({"type": "math", "solution": "x"}), SETTINGS)
+    assert isinstance(outcome, SubmissionResult)
+    assert outcome.model_dump(exclude={"sub_id"}) == {
+        "success": False, "run_success": False, "cost": 0.0, "stdout": None, "stderr": None,
+        "reason": "internal_error",
+    }  # fmt: skip
 
 
 def test_a_solution_over_the_size_limit_is_invalid_input_naming_the_field() -> None:
@@ -134,12 +144,29 @@ def test_submission_result_per_status(
     mapped = to_submission_result(planned(sub_id="s"), execution)
     assert (mapped.sub_id, mapped.run_success, mapped.reason) == ("s", run_success, reason)
     assert mapped.success is run_success
+    mark = TIMEOUT_MARK if reason == "worker_timeout" else ""
     if has_output:
-        assert (mapped.stdout, mapped.stderr, mapped.cost) == ("out\n", "err", 0.25)
+        assert (mapped.stdout, mapped.stderr, mapped.cost) == ("out\n" + mark, "err", 0.25)
     else:
         assert mapped.stdout is None and mapped.stderr is None
     if status == "queue_timeout":
         assert mapped.cost == 61.5
+
+
+@pytest.mark.parametrize("status", ["ok", "error", "killed"])
+def test_a_run_that_lasted_the_whole_limit_is_a_worker_timeout(status: str) -> None:
+    # code-judge's alarm fires at MAX_EXECUTION_TIME: nothing ends later than that on its own.
+    execution = result(status, stdout="partial\n", exit_code=0, wall_time=4.0)
+    mapped = to_submission_result(planned(expected_output="partial"), execution)
+    assert (mapped.run_success, mapped.success, mapped.reason) == (False, False, "worker_timeout")
+    assert mapped.stdout == "partial\nSuicide from timeout.\n"
+
+
+def test_judge_result_is_the_submission_result_without_output() -> None:
+    mapped = to_submission_result(planned(sub_id="j"), result("ok", stdout="1\n", wall_time=0.1))
+    judged = JudgeResult.of(mapped)
+    assert list(judged.model_dump()) == ["sub_id", "success", "run_success", "cost", "reason"]
+    assert (judged.sub_id, judged.success, judged.run_success) == ("j", True, True)
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,18 @@ and an ExecuteResult becomes a SubmissionResult:
     error           false        false                           ""              first 1000 chars
     memory_limit    false        false                           ""              first 1000 chars
     killed          false        false                           ""              first 1000 chars
-    timeout         false        false                           worker_timeout  first 1000 chars
+    timeout         false        false                           worker_timeout  + TIMEOUT_MARK
     queue_timeout   false        false                           queue_timeout   null
     sandbox_error   false        false                           internal_error  null
+    type `math`     false        false                           internal_error  null
     (cannot run)    false        false                           invalid_input   stderr says why
 
 `success` compares stripped stdout with stripped `expected_output` when one is given, as
 code-judge does. Output is cut to code-judge's MAX_STDOUT_ERROR_LENGTH after the comparison, so
-a trainer sees what it saw under code-judge.
+a trainer sees what it saw under code-judge. A run that failed after using its whole time limit
+is a `worker_timeout` too (code-judge's API applies the same rule to `cost`), and so is one that
+ended only at the limit: code-judge's alarm would have killed it there. The `/judge*` routes
+answer the same results without stdout and stderr (JudgeResult).
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ MAX_OUTPUT_CHARS = 1000
 """code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""
 
 RUNNABLE_TYPES = ("python",)
-"""Submission types this server runs; code-judge's `cpp` and `math` get `invalid_input`."""
+"""Submission types this server runs; `cpp` gets `invalid_input`."""
+
+FAILING_TYPES = ("math",)
+"""Types code-judge's schema accepts but its workers fail on (`internal_error`, cost 0)."""
+
+TIMEOUT_MARK = "Suicide from timeout.\n"
+"""What code-judge's in-script alarm handler prints when it kills a program at its time limit;
+its clients (and its own tests) look for it in stdout."""
 
 _FIELD_NAMES = {"code": "solution", "stdin": "input"}
 """Our request fields under their code-judge names, for invalid_input messages."""
@@ -70,6 +81,21 @@ class SubmissionResult(BaseModel):
     reason: Reason = ""
 
 
+class JudgeResult(BaseModel):
+    """A SubmissionResult without the program's output (code-judge's `JudgeResult`, `/judge*`)."""
+
+    sub_id: str
+    success: bool
+    run_success: bool
+    cost: float
+    reason: Reason = ""
+
+    @classmethod
+    def of(cls, result: SubmissionResult) -> JudgeResult:
+        """The judging view of a result."""
+        return cls.model_validate(result.model_dump(exclude={"stdout", "stderr"}))
+
+
 class BatchSubmission(BaseModel):
     """Several submissions (code-judge's `BatchSubmission`)."""
 
@@ -83,6 +109,20 @@ class BatchSubmissionResult(BaseModel):
 
     sub_id: str
     results: list[SubmissionResult]
+
+
+class BatchJudgeResult(BaseModel):
+    """Judging views in the order of the submissions (code-judge's `BatchJudgeResult`)."""
+
+    sub_id: str
+    results: list[JudgeResult]
+
+
+class ServerStatus(BaseModel):
+    """code-judge's `/status`: jobs waiting, workers alive (its client's `ServerStatus`)."""
+
+    queue: int
+    num_workers: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +142,8 @@ def sub_id_of(sub_id: str | None) -> str:
 def plan(submission: Submission, settings: Settings) -> Planned | SubmissionResult:
     """The request to run for a submission, or its `invalid_input` result when it cannot run."""
     sub_id = sub_id_of(submission.sub_id)
+    if submission.type in FAILING_TYPES:
+        return not_run(sub_id, "internal_error", 0.0)
     if submission.type not in RUNNABLE_TYPES:
         return invalid_input(
             sub_id,
@@ -145,16 +187,18 @@ def to_submission_result(planned: Planned, result: ExecuteResult) -> SubmissionR
         return not_run(planned.sub_id, "queue_timeout", result.queue_time)
     if status is Status.SANDBOX_ERROR:
         return not_run(planned.sub_id, "internal_error", result.wall_time)
-    run_success = status is Status.OK
+    timed_out = status is Status.TIMEOUT or result.wall_time >= planned.request.timeout
+    stdout = result.stdout + TIMEOUT_MARK if timed_out else result.stdout
+    run_success = status is Status.OK and not timed_out
     success = run_success and (
-        planned.expected_output is None or result.stdout.strip() == planned.expected_output.strip()
+        planned.expected_output is None or stdout.strip() == planned.expected_output.strip()
     )
     return SubmissionResult(
         sub_id=planned.sub_id,
         success=success,
         run_success=run_success,
         cost=result.wall_time,
-        stdout=result.stdout[:MAX_OUTPUT_CHARS],
+        stdout=stdout[:MAX_OUTPUT_CHARS],
         stderr=result.stderr[:MAX_OUTPUT_CHARS],
-        reason="worker_timeout" if status is Status.TIMEOUT else "",
+        reason="worker_timeout" if timed_out else "",
     )

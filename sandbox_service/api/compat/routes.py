@@ -1,4 +1,5 @@
-"""HTTP routes of the drop-in wire formats: code-judge (`/run*`) and SandboxFusion (`/run_code`).
+"""HTTP routes of the drop-in wire formats: code-judge (`/run*`, `/judge*`, `/status`) and
+SandboxFusion (`/run_code`, `/run_jupyter`).
 
 They run through the same path as `/execute` (api.create_app hands its runner in): the wire
 mapping is in compat_codejudge and compat_sandboxfusion. The service's own refusals are answered
@@ -17,18 +18,22 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from redis.exceptions import RedisError
 
 from sandbox_service.api.compat.codejudge import (
+    BatchJudgeResult,
     BatchSubmission,
     BatchSubmissionResult,
+    JudgeResult,
     Planned,
     Reason,
+    ServerStatus,
     Submission,
     SubmissionResult,
     not_run,
@@ -53,6 +58,16 @@ from sandbox_service.settings import Settings
 
 RunRequests = Callable[[list[ExecuteRequest], str], Awaitable[list[ResultDict]]]
 """The API's execution path: admit the requests whole or not at all, await their results."""
+
+
+class ServiceState(Protocol):
+    """What the compat routes read of the service besides running requests (the Dispatcher)."""
+
+    async def queue_depth(self) -> int: ...
+
+    async def live_workers(self) -> int: ...
+
+    async def end_session(self, session_id: str, request_id: str = "") -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +97,10 @@ async def run_or_refuse(
     return Refusal(kind, message, time.monotonic() - started)
 
 
-def codejudge_router(settings: Settings, run: RunRequests, metrics: Metrics) -> APIRouter:
-    """`POST /run`, `/run/batch` and `/run/long-batch` in code-judge's wire format."""
+def codejudge_router(
+    settings: Settings, run: RunRequests, metrics: Metrics, state: ServiceState
+) -> APIRouter:
+    """`POST /run*` and `/judge*`, `GET /status`, in code-judge's wire format."""
     router = APIRouter(tags=["code-judge compatibility"])
 
     async def run_chunk(chunk: Sequence[Planned], route: str) -> list[SubmissionResult]:
@@ -121,6 +138,36 @@ def codejudge_router(settings: Settings, run: RunRequests, metrics: Metrics) -> 
         """`/run/batch` for large batches (code-judge's `/run/long-batch`, rStar2-Agent's call)."""
         results = await judge(batch.submissions, "/run/long-batch")
         return _json(BatchSubmissionResult(sub_id=sub_id_of(batch.sub_id), results=results))
+
+    @router.post("/judge", response_model=JudgeResult)
+    async def judge_one(submission: Submission) -> Response:
+        """`/run` without the program's output (code-judge's `/judge`)."""
+        (result,) = await judge([submission], "/judge")
+        return _json(JudgeResult.of(result))
+
+    async def judge_batch(batch: BatchSubmission, route: str) -> Response:
+        results = await judge(batch.submissions, route)
+        judged = [JudgeResult.of(result) for result in results]
+        return _json(BatchJudgeResult(sub_id=sub_id_of(batch.sub_id), results=judged))
+
+    @router.post("/judge/batch", response_model=BatchJudgeResult)
+    async def judge_batch_route(batch: BatchSubmission) -> Response:
+        """`/run/batch` without the programs' output (code-judge's `/judge/batch`)."""
+        return await judge_batch(batch, "/judge/batch")
+
+    @router.post("/judge/long-batch", response_model=BatchJudgeResult)
+    async def judge_long_batch_route(batch: BatchSubmission) -> Response:
+        """`/run/long-batch` without the programs' output (code-judge's `/judge/long-batch`)."""
+        return await judge_batch(batch, "/judge/long-batch")
+
+    @router.get("/status", response_model=ServerStatus)
+    async def status() -> Response:
+        """Jobs waiting and workers alive (code-judge's `/status`, read by its JudgeClient)."""
+        try:
+            queue, workers = await state.queue_depth(), await state.live_workers()
+        except (RedisError, OSError) as exc:
+            return JSONResponse({"detail": f"redis unreachable: {exc}"}, status_code=503)
+        return _json(ServerStatus(queue=queue, num_workers=workers))
 
     return router
 
