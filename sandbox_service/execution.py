@@ -78,6 +78,20 @@ class RecordedCell:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgramError:
+    """The uncaught exception that ended a program or a session cell (Jupyter's `error`)."""
+
+    ename: str
+    evalue: str
+    traceback: tuple[str, ...] = ()
+    """The lines Python printed for it, "Traceback (most recent call last):" first."""
+
+
+Display = dict[str, str]
+"""One rich output: MIME type -> data (`image/png` base64, `text/plain`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutionResult:
     """What happened to one execution, in the fields of the API's ExecuteResult."""
 
@@ -101,6 +115,9 @@ class ExecutionResult:
     ended: bool | None = None
     """Only for the end of a session (DELETE /sessions/{id}): whether the session existed. Not a
     field of the API's ExecuteResult."""
+    display: tuple[Display, ...] = ()
+    """Rich outputs in the order produced: open figures as image/png, a cell's value."""
+    error: ProgramError | None = None
 
     @classmethod
     def failure(cls, status: Status, message: str, execution_id: str = "") -> ExecutionResult:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits, Status
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits, ProgramError, Status
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -138,6 +138,10 @@ def result_to_wire(result: ExecutionResult, execution_id: str | None = None) -> 
         value = getattr(result, name)
         if name == "files":
             value = {path: base64.b64encode(data).decode() for path, data in value.items()}
+        elif name == "display":
+            value = list(value)
+        elif name == "error" and value is not None:
+            value = _error_to_wire(value)
         elif name == "status":
             value = str(value)
         elif name in INTERNAL_FIELDS and value is None:
@@ -146,6 +150,10 @@ def result_to_wire(result: ExecutionResult, execution_id: str | None = None) -> 
     if execution_id is not None:
         wire["id"] = execution_id
     return wire
+
+
+def _error_to_wire(error: ProgramError) -> dict[str, Any]:
+    return {"ename": error.ename, "evalue": error.evalue, "traceback": list(error.traceback)}
 
 
 def failure_result(

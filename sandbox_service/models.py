@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from sandbox_service.execution import Status
 
@@ -20,6 +21,12 @@ __all__ = [
 ]
 
 SUPPORTED_LANGUAGES = ("python",)
+JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
+"""The jail's working directory and the other writable directories that absolute paths may name
+on the peer-compatible routes (see ABSOLUTE_PATHS)."""
+ABSOLUTE_PATHS = "absolute_paths"
+"""Validation context key: True lets `files`/`fetch_files` name absolute paths inside
+JAIL_WRITABLE_ROOTS, as SandboxFusion's clients do; /execute never sets it."""
 
 
 def validate_relative_path(path: str) -> str:
@@ -32,6 +39,25 @@ def validate_relative_path(path: str) -> str:
     if len(path) > 1024:
         raise ValueError("path longer than 1024 characters")
     return path
+
+
+def validate_jail_path(path: str) -> str:
+    """A relative path, or an absolute one inside one of the jail's writable directories."""
+    for root in JAIL_WRITABLE_ROOTS:
+        if path.startswith(root + "/"):
+            validate_relative_path(path[len(root) + 1 :])
+            return path
+    if path.startswith("/"):
+        raise ValueError(
+            f"path {path!r} is outside the jail's writable directories "
+            f"({', '.join(JAIL_WRITABLE_ROOTS)})"
+        )
+    return validate_relative_path(path)
+
+
+def _path_rule(info: ValidationInfo) -> Callable[[str], str]:
+    allowed = isinstance(info.context, dict) and info.context.get(ABSOLUTE_PATHS) is True
+    return validate_jail_path if allowed else validate_relative_path
 
 
 class ExecuteRequest(BaseModel):
@@ -59,9 +85,12 @@ class ExecuteRequest(BaseModel):
 
     @field_validator("files")
     @classmethod
-    def _files_are_relative_base64(cls, value: dict[str, str]) -> dict[str, str]:
+    def _files_are_relative_base64(
+        cls, value: dict[str, str], info: ValidationInfo
+    ) -> dict[str, str]:
+        check_path = _path_rule(info)
         for path, content in value.items():
-            validate_relative_path(path)
+            check_path(path)
             try:
                 base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError) as exc:
@@ -70,10 +99,22 @@ class ExecuteRequest(BaseModel):
 
     @field_validator("fetch_files")
     @classmethod
-    def _fetch_files_are_relative(cls, value: list[str]) -> list[str]:
+    def _fetch_files_are_relative(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        check_path = _path_rule(info)
         for path in value:
-            validate_relative_path(path)
+            check_path(path)
         return value
+
+
+class ProgramError(BaseModel):
+    """An uncaught exception, in Jupyter's terms."""
+
+    ename: str
+    """Its class name, e.g. "ZeroDivisionError"."""
+    evalue: str
+    """str() of it."""
+    traceback: list[str]
+    """The lines Python printed to stderr for it."""
 
 
 class ExecuteResult(BaseModel):
@@ -94,6 +135,16 @@ class ExecuteResult(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
     restored: bool = False
     """True when the session was rebuilt by replaying its earlier cells before this one ran."""
+    display: list[dict[str, str]] = Field(default_factory=list)
+    """Rich outputs in the order produced: each matplotlib figure open at the end of the run (or
+    shown with plt.show()) as {"image/png": base64}; in a session, the last expression's value as
+    {"text/plain": repr} (also printed). Empty when there are none."""
+    error: ProgramError | None = None
+    """The uncaught exception that ended the program or session cell; null when none did."""
+
+    def images(self) -> list[bytes]:
+        """The PNG images among the displays (matplotlib figures), decoded, in order."""
+        return [base64.b64decode(item["image/png"]) for item in self.display if "image/png" in item]
 
 
 class BatchRequest(BaseModel):

@@ -18,17 +18,20 @@ from trainer_client.retry import RetryPolicy
 from trainer_client.stats import ClientStats, LatencySummary
 from trainer_client.sync import SyncSandboxClient
 from trainer_client.tools import (
+    JUPYTER_TOOL_NAME,
     PYTHON_TOOL_NAME,
     ToolCall,
     execute_tool_call,
     format_parse_error,
     format_tool_response,
+    jupyter_tool_schema,
     parse_tool_calls,
     python_tool_schema,
     truncate_middle,
 )
 
 __all__ = [
+    "JUPYTER_TOOL_NAME",
     "PYTHON_TOOL_NAME",
     "CallFailedError",
     "CallInfo",
@@ -54,6 +57,7 @@ __all__ = [
     "execute_tool_call",
     "format_parse_error",
     "format_tool_response",
+    "jupyter_tool_schema",
     "parse_tool_calls",
     "python_tool_schema",
     "truncate_middle",

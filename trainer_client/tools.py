@@ -17,6 +17,7 @@ from sandbox_service.models import ExecuteResult, Status
 from trainer_client.errors import InvalidRequestError
 
 PYTHON_TOOL_NAME = "python_code_with_standard_io"
+JUPYTER_TOOL_NAME = "jupyter_code"
 
 _PYTHON_TOOL_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -53,9 +54,37 @@ _PYTHON_TOOL_SCHEMA: dict[str, Any] = {
 }
 
 
+_JUPYTER_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": JUPYTER_TOOL_NAME,
+        "description": "Execute python code in a Jupyter notebook cell and return result",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "The python code to execute in a single cell",
+                },
+            },
+            "required": ["code"],
+        },
+    },
+}
+
+
 def python_tool_schema() -> dict[str, Any]:
     """The OpenAI-style function schema of `python_code_with_standard_io`, for the prompt."""
     return copy.deepcopy(_PYTHON_TOOL_SCHEMA)
+
+
+def jupyter_tool_schema() -> dict[str, Any]:
+    """The schema of the stateful `jupyter_code` tool (rStar2-Agent's jupyter tool config).
+
+    Each call is a notebook cell of the trajectory's session: variables and imports persist,
+    the last expression's value is shown. Run it with `execute_tool_call(..., session_id=...)`.
+    """
+    return copy.deepcopy(_JUPYTER_TOOL_SCHEMA)
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -168,13 +197,19 @@ def failure_reason(result: ExecuteResult, style: ResponseStyle = "rstar2") -> st
 
 
 def format_tool_response(
-    result: ExecuteResult, *, style: ResponseStyle = "rstar2", max_chars: int | None = 256
+    result: ExecuteResult,
+    *,
+    style: ResponseStyle = "rstar2",
+    max_chars: int | None = 256,
+    mention_images: bool = True,
 ) -> str:
     """The text the model sees for one execution, in the rStar2-Agent release's format.
 
     `max_chars=256` is the release's (VERL's) default, cut in the middle; None keeps everything.
     `style="status"` names our statuses in `reason:` (timeout, memory_limit, ...) instead of
     code-judge's reasons, which say nothing for a crash, a MemoryError or a signal.
+    `mention_images` adds an `images:` line when the run produced figures (a text-only model
+    otherwise cannot know that its plot exists); the images themselves are `result.images()`.
     """
     lines = ["Tool call success" if result.status == Status.OK else "Tool call failure"]
     if result.status != Status.OK:
@@ -183,6 +218,9 @@ def format_tool_response(
         lines.append(f"stdout: {result.stdout}")
     if result.stderr:
         lines.append(f"stderr: {result.stderr}")
+    images = len(result.images()) if mention_images else 0
+    if images:
+        lines.append(f"images: {images} produced (image/png)")
     lines.append(f"execution time: {result.wall_time:.2f}s")
     text = "\n".join(lines)
     return text if max_chars is None else truncate_middle(text, max_chars)
@@ -200,8 +238,9 @@ class Executes(Protocol):
         *,
         stdin: str = "",
         timeout: float = 10.0,  # noqa: ASYNC109 -- the program's limit (API field name)
+        session_id: str | None = None,
     ) -> ExecuteResult:
-        """Run one program."""
+        """Run one program (in the session `session_id`, when given)."""
         ...
 
 
@@ -212,17 +251,23 @@ async def execute_tool_call(
     timeout: float = 10.0,  # noqa: ASYNC109 -- the program's limit (API field name)
     style: ResponseStyle = "rstar2",
     max_chars: int | None = 256,
+    session_id: str | None = None,
 ) -> str:
     """Run one parsed tool call and return the tool-response text for the model.
 
-    Mistakes of the model (unparseable block, unknown tool, bad arguments, a request the service
-    rejects) become text the model is shown, worded as in the rStar2 release. Failures of the
-    service itself (CallFailedError) are raised: they are not the model's fault.
+    `python_code_with_standard_io` runs statelessly; `jupyter_code` runs as a cell of the
+    session `session_id` (one per trajectory; end it with the client's end_session), and is
+    refused without one. Mistakes of the model (unparseable block, unknown tool, bad arguments,
+    a request the service rejects) become text the model is shown, worded as in the rStar2
+    release. Failures of the service itself (CallFailedError) are raised: they are not the
+    model's fault.
     """
     if call.error is not None:
         return format_parse_error(call)
-    if call.name != PYTHON_TOOL_NAME:
-        return f"Error when executing tool: unknown tool {call.name!r}; use {PYTHON_TOOL_NAME!r}"
+    tools = (PYTHON_TOOL_NAME, JUPYTER_TOOL_NAME) if session_id else (PYTHON_TOOL_NAME,)
+    if call.name not in tools:
+        known = " or ".join(repr(name) for name in tools)
+        return f"Error when executing tool: unknown tool {call.name!r}; use {known}"
     code, stdin = call.arguments.get("code"), call.arguments.get("input", "")
     if not isinstance(code, str):
         return "Error when executing tool: argument 'code' must be a string"
@@ -230,8 +275,12 @@ async def execute_tool_call(
         stdin = ""
     if not isinstance(stdin, str):
         return "Error when executing tool: argument 'input' must be a string"
+    cell_session = session_id if call.name == JUPYTER_TOOL_NAME else None
     try:
-        result = await client.execute(code, stdin=stdin, timeout=timeout)
+        if cell_session is None:
+            result = await client.execute(code, stdin=stdin, timeout=timeout)
+        else:
+            result = await client.execute(code, timeout=timeout, session_id=cell_session)
     except InvalidRequestError as exc:
         return f"Error when executing tool: {exc.detail}"
     return format_tool_response(result, style=style, max_chars=max_chars)

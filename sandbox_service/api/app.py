@@ -191,7 +191,7 @@ def create_app(settings: Settings) -> FastAPI:
         return await run([to_payload(request) for request in requests], route)
 
     app.include_router(codejudge_router(settings, run_requests, metrics, dispatcher))
-    app.include_router(sandboxfusion_router(settings, run_requests, metrics))
+    app.include_router(sandboxfusion_router(settings, run_requests, metrics, dispatcher))
     app.include_router(verify_router(settings, run))
     _document_bodies(app, (ExecuteRequest, BatchRequest))
     return app

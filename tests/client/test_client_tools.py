@@ -10,12 +10,14 @@ import pytest
 
 from sandbox_service.models import ExecuteResult
 from trainer_client import (
+    JUPYTER_TOOL_NAME,
     PYTHON_TOOL_NAME,
     InvalidRequestError,
     ToolCall,
     execute_tool_call,
     format_parse_error,
     format_tool_response,
+    jupyter_tool_schema,
     parse_tool_calls,
     python_tool_schema,
     truncate_middle,
@@ -190,6 +192,7 @@ class _RecordingExecutor:
     def __init__(self, result: ExecuteResult | Exception) -> None:
         self.result = result
         self.calls: list[tuple[str, str, float]] = []
+        self.sessions: list[str | None] = []
 
     async def execute(
         self,
@@ -197,8 +200,10 @@ class _RecordingExecutor:
         *,
         stdin: str = "",
         timeout: float = 10.0,  # noqa: ASYNC109
+        session_id: str | None = None,
     ) -> ExecuteResult:
         self.calls.append((code, stdin, timeout))
+        self.sessions.append(session_id)
         if isinstance(self.result, Exception):
             raise self.result
         return self.result
@@ -238,3 +243,45 @@ async def test_a_request_the_service_rejects_becomes_text() -> None:
     executor = _RecordingExecutor(InvalidRequestError("code is longer than 262144 bytes"))
     text = await execute_tool_call(executor, ToolCall(PYTHON_TOOL_NAME, {"code": "x"}))
     assert text == "Error when executing tool: code is longer than 262144 bytes"
+
+
+PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def test_images_are_the_decoded_pngs_and_the_response_says_they_exist() -> None:
+    display = [{"text/plain": "<Figure>"}, {"image/png": PNG_1X1}, {"image/png": PNG_1X1}]
+    result = ExecuteResult(id="x", status="ok", stdout="done\n", wall_time=0.5, display=display)
+    assert [image[:8] for image in result.images()] == [b"\x89PNG\r\n\x1a\n"] * 2
+    text = format_tool_response(result, max_chars=None)
+    assert text == (
+        "Tool call success\nstdout: done\n\nimages: 2 produced (image/png)\nexecution time: 0.50s"
+    )
+    assert "images:" not in format_tool_response(result, max_chars=None, mention_images=False)
+    assert "images:" not in format_tool_response(_result("ok"), max_chars=None)
+
+
+def test_the_jupyter_tool_schema_is_rstar2s() -> None:
+    schema = jupyter_tool_schema()
+    assert schema["function"]["name"] == JUPYTER_TOOL_NAME == "jupyter_code"
+    assert schema["function"]["parameters"]["required"] == ["code"]
+    assert list(schema["function"]["parameters"]["properties"]) == ["code"]
+    schema["function"]["name"] = "changed"
+    assert jupyter_tool_schema()["function"]["name"] == "jupyter_code"
+
+
+async def test_a_jupyter_call_runs_as_a_cell_of_the_given_session() -> None:
+    executor = _RecordingExecutor(_result("ok", stdout="3\n", wall_time=0.01))
+    call = ToolCall(JUPYTER_TOOL_NAME, {"code": "1 + 2"})
+    text = await execute_tool_call(executor, call, timeout=4, session_id="traj-7")
+    assert executor.calls == [("1 + 2", "", 4)] and executor.sessions == ["traj-7"]
+    assert text.startswith("Tool call success\nstdout: 3\n")
+    python = ToolCall(PYTHON_TOOL_NAME, {"code": "print(1)", "input": ""})
+    await execute_tool_call(executor, python, session_id="traj-7")
+    assert executor.sessions[-1] is None  # the stateless tool stays stateless
+
+
+async def test_a_jupyter_call_without_a_session_is_refused_as_text() -> None:
+    executor = _RecordingExecutor(_result("ok"))
+    text = await execute_tool_call(executor, ToolCall(JUPYTER_TOOL_NAME, {"code": "1"}))
+    assert text.startswith("Error when executing tool: unknown tool 'jupyter_code'")
+    assert executor.calls == []

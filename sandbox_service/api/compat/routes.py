@@ -15,6 +15,7 @@ rStar2-Agent's client resubmits exactly the `queue_timeout` items; verl scores S
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -42,11 +43,22 @@ from sandbox_service.api.compat.codejudge import (
     to_submission_result,
 )
 from sandbox_service.api.compat.sandboxfusion import (
+    CellRunResult,
     InvalidRequest,
     RunCodeRequest,
     RunCodeResponse,
+    RunJupyterRequest,
+    RunJupyterResponse,
     Unsupported,
+    cell_request,
+    cell_timeout_s,
+    check_jupyter_request,
+    jupyter_failure,
+    jupyter_out_of_time,
+    jupyter_session_id,
+    jupyter_success,
     sandbox_error,
+    to_cell_result,
     to_execute_request,
     to_run_code_response,
 )
@@ -172,9 +184,20 @@ def codejudge_router(
     return router
 
 
-def sandboxfusion_router(settings: Settings, run: RunRequests, metrics: Metrics) -> APIRouter:
-    """`POST /run_code` in SandboxFusion's wire format."""
+def sandboxfusion_router(
+    settings: Settings, run: RunRequests, metrics: Metrics, state: ServiceState
+) -> APIRouter:
+    """`POST /run_code` and `/run_jupyter` in SandboxFusion's wire format."""
     router = APIRouter(tags=["SandboxFusion compatibility"])
+
+    async def refused(outcome: Refusal) -> Response:
+        if outcome.kind == "unavailable":
+            return _json(sandbox_error(outcome.message))
+        retry = f"nothing ran; retry after {settings.retry_after_s} s"
+        return _json(
+            sandbox_error(f"{outcome.message}; {retry}"),
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
 
     @router.post("/run_code", response_model=RunCodeResponse)
     async def run_code(body: RunCodeRequest) -> Response:
@@ -187,16 +210,48 @@ def sandboxfusion_router(settings: Settings, run: RunRequests, metrics: Metrics)
             raise RequestValidationError(exc.problems) from None
         outcome = await run_or_refuse(run, [request], "/run_code", metrics)
         if isinstance(outcome, Refusal):
-            if outcome.kind == "unavailable":
-                return _json(sandbox_error(outcome.message))
-            retry = f"nothing ran; retry after {settings.retry_after_s} s"
-            return _json(
-                sandbox_error(f"{outcome.message}; {retry}"),
-                headers={"Retry-After": str(settings.retry_after_s)},
-            )
+            return await refused(outcome)
         return _json(to_run_code_response(outcome[0]))
 
+    @router.post("/run_jupyter", response_model=RunJupyterResponse)
+    async def run_jupyter(body: RunJupyterRequest) -> Response:
+        """Run cells in order in one interpreter (SandboxFusion's `/run_jupyter`), as cells of a
+        session of their own that ends with the request."""
+        try:
+            check_jupyter_request(body, settings)
+        except InvalidRequest as exc:
+            raise RequestValidationError(exc.problems) from None
+        session_id = jupyter_session_id()
+        started = time.monotonic()
+        cells: list[CellRunResult] = []
+        files: dict[str, str] = {}
+        try:
+            for index in range(len(body.cells)):
+                elapsed = time.monotonic() - started
+                timeout_s = cell_timeout_s(body, elapsed, settings)
+                if timeout_s <= 0:
+                    return _json(jupyter_out_of_time(elapsed))
+                request = cell_request(body, index, timeout_s, session_id, settings)
+                outcome = await run_or_refuse(run, [request], "/run_jupyter", metrics)
+                if isinstance(outcome, Refusal):
+                    return await refused(outcome)
+                (result,) = outcome
+                cell = to_cell_result(result)
+                if cell is None:
+                    return _json(jupyter_failure(result, index, time.monotonic() - started))
+                cells.append(cell)
+                files = result.files
+        finally:
+            # Also when the client went away mid-request: the session must not outlive it.
+            await asyncio.shield(_end_quietly(state, session_id))
+        return _json(jupyter_success(cells, files, time.monotonic() - started))
+
     return router
+
+
+async def _end_quietly(state: ServiceState, session_id: str) -> None:
+    with contextlib.suppress(Overloaded, Unavailable, RedisError, OSError):
+        await state.end_session(session_id)
 
 
 def _json(model: BaseModel, headers: dict[str, str] | None = None) -> Response:

@@ -21,13 +21,14 @@ no compile step, so `compile_result` is always null and `compile_timeout` is unu
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from sandbox_service.api.validation import Problem, check_request
 from sandbox_service.execution import Status
-from sandbox_service.models import ExecuteRequest, ExecuteResult
+from sandbox_service.models import ABSOLUTE_PATHS, ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
 
 Language = Literal[
@@ -102,29 +103,40 @@ def to_execute_request(request: RunCodeRequest, settings: Settings) -> ExecuteRe
         raise InvalidRequest(
             [_problem("run_timeout", "run_timeout must be greater than 0", request.run_timeout)]
         )
-    memory_mb = request.memory_limit_MB if request.memory_limit_MB > 0 else settings.max_memory_mb
     files = {
         path: content
         for path, content in request.files.items()
         if content is not None and SKIPPED_FILE_MARK not in path
     }
-    try:
-        execute = ExecuteRequest(
-            code=request.code,
-            stdin=request.stdin or "",
-            timeout=min(request.run_timeout, settings.max_timeout),
-            memory_mb=min(max(memory_mb, 16), settings.max_memory_mb),
-            files=files,
-            fetch_files=request.fetch_files,
-        )
-    except ValidationError as exc:  # paths or base64 of files / fetch_files; same names there
-        raise InvalidRequest(
-            [{**e, "loc": ["body", *e["loc"]]} for e in exc.errors(include_url=False)]
-        ) from None
+    execute = jail_request(
+        code=request.code,
+        stdin=request.stdin or "",
+        timeout=min(request.run_timeout, settings.max_timeout),
+        memory_mb=memory_mb_of(request.memory_limit_MB, settings),
+        files=files,
+        fetch_files=request.fetch_files,
+    )
     problems = check_request(execute, settings, ("body",))
     if problems:
         raise InvalidRequest(problems)
     return execute
+
+
+def memory_mb_of(memory_limit_mb: int, settings: Settings) -> int:
+    """Our memory_mb for SandboxFusion's memory_limit_MB (<= 0: no limit, so the server's)."""
+    memory_mb = memory_limit_mb if memory_limit_mb > 0 else settings.max_memory_mb
+    return min(max(memory_mb, 16), settings.max_memory_mb)
+
+
+def jail_request(**fields: Any) -> ExecuteRequest:
+    """An ExecuteRequest whose files may name absolute paths in the jail's writable directories
+    (SandboxFusion's clients write `/mnt/...`); InvalidRequest naming the field otherwise."""
+    try:
+        return ExecuteRequest.model_validate(fields, context={ABSOLUTE_PATHS: True})
+    except ValidationError as exc:  # paths or base64 of files / fetch_files; same names there
+        raise InvalidRequest(
+            [{**e, "loc": ["body", *e["loc"]]} for e in exc.errors(include_url=False)]
+        ) from None
 
 
 class InvalidRequest(Exception):
@@ -172,3 +184,164 @@ def _return_code(result: ExecuteResult) -> int:
         return result.exit_code
     # Ended by a signal (memory limit kill, seccomp, segfault): asyncio's negative convention.
     return -(result.signal or 9)
+
+
+# --- /run_jupyter ---------------------------------------------------------------------------
+#
+# SandboxFusion runs the cells in a fresh Jupyter kernel per request; here they run as cells of
+# one session (a persistent interpreter in its own jail), ended with the request. Per cell:
+#
+#     cell outcome                         answer
+#     ran (ok, or raised: `error` set)     its CellRunResult; the next cell runs
+#     out of time (cell or total)          Failed, driver TimeLimitExceeded, no cells (as there)
+#     the interpreter died (signal, exit)  Failed, driver Finished with the return code, no cells
+#     queue_timeout, sandbox_error         SandboxError with the reason
+#
+# A cell's value is printed by our sessions (and displayed): Jupyter only displays it, so the
+# printed line is taken off the cell's stdout; likewise the traceback our interpreter prints to
+# stderr for an uncaught exception is Jupyter's `error`, not stderr.
+
+
+class RunJupyterRequest(BaseModel):
+    """Cells to run in order in one interpreter (SandboxFusion's `RunJupyterRequest`)."""
+
+    cells: list[str]
+    cell_timeout: float = 0
+    """Seconds per cell; 0: no limit of its own (SandboxFusion never enforces it; we do)."""
+    total_timeout: float = 45
+    """Seconds for all the cells together."""
+    memory_limit_MB: int = -1
+    """Megabytes of the interpreter (SandboxFusion ignores it; we apply it, as on /run_code)."""
+    kernel: Literal["python3"] = "python3"
+    files: dict[str, str] = {}
+    fetch_files: list[str] = []
+
+
+class CellRunResult(BaseModel):
+    """One cell's outputs (SandboxFusion's `CellRunResult`)."""
+
+    stdout: str
+    stderr: str
+    display: list[dict[str, Any]]
+    """Mime bundles: the cell value's {"text/plain": repr}, figures' {"image/png": base64}."""
+    error: list[dict[str, Any]]
+    """At most one {"ename", "evalue", "traceback": [lines]}."""
+
+
+class RunJupyterResponse(BaseModel):
+    """SandboxFusion's `RunJupyterResponse`."""
+
+    status: RunStatus
+    message: str
+    driver: CommandRunResult | None = None
+    cells: list[CellRunResult] = []
+    executor_pod_name: str | None = None
+    files: dict[str, str] = {}
+
+
+def jupyter_session_id() -> str:
+    """A session of its own for one /run_jupyter request."""
+    return f"run-jupyter-{uuid.uuid4()}"
+
+
+def cell_timeout_s(request: RunJupyterRequest, elapsed_s: float, settings: Settings) -> float:
+    """The next cell's time limit: its own, what is left of the total, the server's maximum.
+    Zero or less: no time left, the request is out of time."""
+    left = request.total_timeout - elapsed_s
+    if request.cell_timeout > 0:
+        left = min(left, request.cell_timeout)
+    return min(left, settings.max_timeout)
+
+
+def cell_request(
+    request: RunJupyterRequest, index: int, timeout_s: float, session_id: str, settings: Settings
+) -> ExecuteRequest:
+    """Cell `index` as a session cell; the input files go with the first, fetching with the last.
+    InvalidRequest (a 422 naming SandboxFusion's field) when it cannot run here."""
+    last = index == len(request.cells) - 1
+    cell = jail_request(
+        code=request.cells[index],
+        timeout=timeout_s,
+        memory_mb=memory_mb_of(request.memory_limit_MB, settings),
+        session_id=session_id,
+        files=request.files if index == 0 else {},
+        fetch_files=request.fetch_files if last else [],
+    )
+    problems = check_request(cell, settings, ("body",))
+    if problems:
+        for problem in problems:
+            if problem["loc"][-1] == "code":
+                problem["loc"] = ["body", "cells", index]
+        raise InvalidRequest(problems)
+    return cell
+
+
+def check_jupyter_request(request: RunJupyterRequest, settings: Settings) -> None:
+    """InvalidRequest for a request that cannot run here, before any cell runs."""
+    if request.total_timeout <= 0:
+        message = "total_timeout must be greater than 0"
+        raise InvalidRequest([_problem("total_timeout", message, request.total_timeout)])
+    if request.cell_timeout < 0:
+        raise InvalidRequest(
+            [_problem("cell_timeout", "cell_timeout must be 0 or more", request.cell_timeout)]
+        )
+    for index in range(len(request.cells)):
+        cell_request(request, index, 1.0, "check", settings)
+
+
+def to_cell_result(result: ExecuteResult) -> CellRunResult | None:
+    """The cell's outputs; None when the cell did not complete in a live interpreter."""
+    status = Status(result.status)
+    if status in (Status.TIMEOUT, Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR):
+        return None
+    if result.signal is not None:
+        return None  # the interpreter was killed
+    if status is not Status.OK and result.error is None:
+        return None  # it exited (os._exit) without an exception of the cell
+    stdout, stderr = result.stdout, result.stderr
+    values = [item["text/plain"] for item in result.display if list(item) == ["text/plain"]]
+    if values:
+        stdout = stdout.removesuffix(values[-1] + "\n")
+    errors: list[dict[str, Any]] = []
+    if result.error is not None:
+        stderr = stderr.removesuffix("".join(result.error.traceback))
+        errors.append(result.error.model_dump())
+    return CellRunResult(stdout=stdout, stderr=stderr, display=result.display, error=errors)
+
+
+def jupyter_failure(result: ExecuteResult, index: int, elapsed_s: float) -> RunJupyterResponse:
+    """The answer when cell `index` did not complete (see the table above)."""
+    status = Status(result.status)
+    if status is Status.QUEUE_TIMEOUT:
+        message = f"queue_timeout: {result.stderr}; cell {index} never ran, safe to retry"
+        return RunJupyterResponse(status="SandboxError", message=message)
+    if status is Status.SANDBOX_ERROR:
+        return RunJupyterResponse(status="SandboxError", message=result.stderr)
+    if status is Status.TIMEOUT:
+        driver = CommandRunResult(status="TimeLimitExceeded", execution_time=elapsed_s)
+        return RunJupyterResponse(status="Failed", message="", driver=driver)
+    why = f"cell {index} ended the interpreter ({result.status})"
+    driver = CommandRunResult(
+        status="Finished",
+        execution_time=elapsed_s,
+        return_code=_return_code(result),
+        stdout="",
+        stderr=why,
+    )
+    return RunJupyterResponse(status="Failed", message="", driver=driver)
+
+
+def jupyter_out_of_time(elapsed_s: float) -> RunJupyterResponse:
+    """The answer when the total time ran out between cells."""
+    driver = CommandRunResult(status="TimeLimitExceeded", execution_time=elapsed_s)
+    return RunJupyterResponse(status="Failed", message="", driver=driver)
+
+
+def jupyter_success(
+    cells: list[CellRunResult], files: dict[str, str], elapsed_s: float
+) -> RunJupyterResponse:
+    """Every cell ran (some may have raised: that is in their `error`, as in Jupyter)."""
+    driver = CommandRunResult(
+        status="Finished", execution_time=elapsed_s, return_code=0, stdout="", stderr=""
+    )
+    return RunJupyterResponse(status="Success", message="", driver=driver, cells=cells, files=files)
