@@ -45,8 +45,13 @@ def verdict(result: dict[str, Any]) -> tuple[bool, bool]:
 
 
 async def test_status_reports_an_empty_queue_and_every_worker(http: httpx.AsyncClient) -> None:
-    response = await http.get("/status")
-    assert response.status_code == 200
+    # The stack is ready with its first worker; the others may still be starting their jails.
+    for _ in range(600):
+        response = await http.get("/status")
+        assert response.status_code == 200
+        if response.json()["num_workers"] == WORKERS:
+            break
+        await asyncio.sleep(0.1)
     assert response.json() == {"queue": 0, "num_workers": WORKERS}
 
 

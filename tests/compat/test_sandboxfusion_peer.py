@@ -170,7 +170,7 @@ async def test_jupyter_stderr_an_error_and_the_cells_after_it(http: httpx.AsyncC
     cells_out = result["cells"]
     assert cells_out[0]["stdout"] == ""
     assert cells_out[1]["stderr"] == "This is an error message\n"
-    assert cells_out[1]["display"] == [{"text/plain": "24"}]  # write()'s value, as in Jupyter
+    assert cells_out[1]["display"] == [{"text/plain": "25"}]  # write()'s value, as in Jupyter
     [error] = cells_out[2]["error"]
     assert (error["ename"], error["evalue"]) == ("AssertionError", "")
     assert error["traceback"][0].startswith("Traceback") and cells_out[2]["stderr"] == ""

@@ -150,7 +150,7 @@ def test_scipy_and_matplotlib_are_importable(run: RunFn) -> None:
     )
     result = run(code, timeout_s=30)
     assert result.status == Status.OK, result.stderr
-    assert result.stdout.splitlines() == ["1.414214", "agg"]
+    assert result.stdout.lower().splitlines() == ["1.414214", "agg"]
 
 
 @pytest.fixture(scope="module")
