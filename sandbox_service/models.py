@@ -29,8 +29,19 @@ ABSOLUTE_PATHS = "absolute_paths"
 JAIL_WRITABLE_ROOTS, as SandboxFusion's clients do; /execute never sets it."""
 
 
+def validate_text(value: str, what: str) -> str:
+    """Accept text that can be encoded as UTF-8 (JSON lets a lone surrogate through)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{what} is not valid Unicode (a lone surrogate)") from exc
+    return value
+
+
 def validate_relative_path(path: str) -> str:
     """Accept a relative path inside the working directory; reject absolute paths and `..`."""
+    validate_text(path, "a path")
     if not path or path.startswith("/") or "\x00" in path or "\\" in path:
         raise ValueError(f"path {path!r} must be a non-empty relative path")
     parts = path.split("/")
@@ -73,6 +84,11 @@ class ExecuteRequest(BaseModel):
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     files: dict[str, str] = Field(default_factory=dict)
     fetch_files: list[str] = Field(default_factory=list)
+
+    @field_validator("code", "stdin", "session_id")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        return None if value is None else validate_text(value, "the text")
 
     @field_validator("language")
     @classmethod

@@ -30,11 +30,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from sandbox_service.api.validation import check_request
 from sandbox_service.execution import Status
-from sandbox_service.models import ExecuteRequest, ExecuteResult
+from sandbox_service.models import ExecuteRequest, ExecuteResult, validate_text
 from sandbox_service.settings import Settings
 
 MAX_OUTPUT_CHARS = 1000
@@ -66,6 +66,12 @@ class Submission(BaseModel):
     solution: str
     input: str | None = None
     expected_output: str | None = None
+
+    @field_validator("sub_id", "solution", "input", "expected_output")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        # JSON lets a lone surrogate through; it could not be run, compared or echoed back.
+        return None if value is None else validate_text(value, "the text")
 
 
 class SubmissionResult(BaseModel):
@@ -150,12 +156,15 @@ def plan(submission: Submission, settings: Settings) -> Planned | SubmissionResu
             f"type {submission.type!r} is not supported by this server; "
             f"supported: {', '.join(RUNNABLE_TYPES)}",
         )
-    request = ExecuteRequest(
-        code=submission.solution,
-        stdin=submission.input or "",
-        timeout=min(settings.codejudge_timeout_s, settings.max_timeout),
-        memory_mb=min(settings.codejudge_memory_mb, settings.max_memory_mb),
-    )
+    try:
+        request = ExecuteRequest(
+            code=submission.solution,
+            stdin=submission.input or "",
+            timeout=min(settings.codejudge_timeout_s, settings.max_timeout),
+            memory_mb=min(settings.codejudge_memory_mb, settings.max_memory_mb),
+        )
+    except ValidationError as exc:  # text that is not valid Unicode (a lone surrogate)
+        return invalid_input(sub_id, "; ".join(e["msg"] for e in exc.errors(include_url=False)))
     problems = check_request(request, settings, ())
     if problems:
         message = "; ".join(
