@@ -131,7 +131,8 @@ class Settings(BaseSettings):
     sandbox_uid_base: int = Field(62000, ge=1000)
     """Jailed programs run as outside uid sandbox_uid_base + slot index (never root)."""
     cgroup_parent: str = "rl-sandbox"
-    """cgroup (v1) directory, under each controller's root, that holds the slots' cgroups."""
+    """cgroup directory that holds the slots' cgroups: under each controller's root (v1), or under
+    the unified root (v2), where the worker creates it and delegates memory, pids and cpu."""
     jail_python: str | None = None
     """Interpreter run inside the jail; default: the one running the worker."""
     slot_cpu_cores: float | None = Field(1.0, gt=0)

@@ -9,6 +9,7 @@
 # usage: build.sh [PYTHON]   (PYTHON: the interpreter whose installation the guest gets; default
 #                             the one scripts/find-python.sh finds, as `make setup` does)
 set -euo pipefail
+[ "$(id -u)" = 0 ] || { echo "cgroup2-guest build: needs root (apt-get, debootstrap)" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CACHE=${RL_SANDBOX_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rl-sandbox/cgroup2-guest}
