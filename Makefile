@@ -106,9 +106,10 @@ demo-rl: setup
 LOADTEST_USERS ?= 40
 LOADTEST_TIME ?= 60s
 LOADTEST_SESSIONS ?= 1
+LOADTEST_OUT ?= reports/loadtest
 loadtest: setup
 	$(PY) loadtests/run_local.py --users $(LOADTEST_USERS) --run-time $(LOADTEST_TIME) \
-	  $(if $(LOADTEST_SESSIONS),,--no-sessions) --out reports/loadtest
+	  $(if $(LOADTEST_SESSIONS),,--no-sessions) --out $(LOADTEST_OUT)
 
 # Concurrency sweep of print and sympy against a private service on loopback, next to the fair
 # baselines (a fresh interpreter per call from a plain venv with the same sympy/numpy, made once
@@ -120,5 +121,6 @@ bench: setup
 
 # The jail alone: latency, 2-core throughput and CPU per call, warm and cold, next to the same
 # fair baselines, with alternating warm/baseline rounds.
+BENCH_EXECUTOR_ARGS ?=
 bench-executor: setup
-	$(PY) scripts/bench_executor.py
+	$(PY) scripts/bench_executor.py $(BENCH_EXECUTOR_ARGS)
