@@ -99,7 +99,7 @@ def test_make_bench_runs_a_tiny_sweep(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_make_bench_executor_runs_a_tiny_sweep(tmp_path: Path) -> None:
     out = tmp_path / "executor.json"
-    args = f"--calls 4 --spaced-calls 2 --gap-ms 20 --json {out}"
+    args = f"--calls 4 --spaced-calls 2 --gap-ms 20 --rounds 1 --round-calls 8 --json {out}"
     done = _make("bench-executor", f"BENCH_EXECUTOR_ARGS={args}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert out.exists() and out.stat().st_size > 0
