@@ -14,6 +14,8 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `rq:queue:<queue>:w:<worker>` | list: a worker's own queue | API | that worker | dequeued |
 | `<queue>:session:<id>` | hash: `owner` worker, `n` cells | API (claim), owner | both | TTL |
 | `<queue>:cells:<id>` | list: recorded cells (JSON) | owner worker | restoring worker | TTL |
+| `<queue>:cancelled:<job_id>` | marker: its client left | API | workers, at start | job budget |
+| `<queue>:cancel:<worker>` | list: job ids to kill now | API | that worker | `result_ttl_s` |
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
@@ -73,3 +75,13 @@ def session(queue: str, session_id: str) -> str:
 def session_cells(queue: str, session_id: str) -> str:
     """List of one session's recorded cells, replayed to restore it on another worker."""
     return f"{queue}:cells:{session_id}"
+
+
+def cancelled(queue: str, job_id: str) -> str:
+    """Marker of a job whose client went away: a worker that dequeues it does not run it."""
+    return f"{queue}:cancelled:{job_id}"
+
+
+def cancel_list(queue: str, worker: str) -> str:
+    """The list of job ids that one worker must kill now (their clients went away)."""
+    return f"{queue}:cancel:{worker}"

@@ -126,6 +126,17 @@ class Awaiter:
     def _wait_s(self, payload: JobPayload) -> float:
         return payload.api_wait_s(self._settings)
 
+    def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> list[str]:
+        """Stop waiting for these futures' jobs; their current ids (a retried job has a new one)."""
+        wanted = {id(future) for future in futures}
+        job_ids = [
+            job_id
+            for job_id, pending in self.outstanding.jobs.items()
+            if id(pending.future) in wanted
+        ]
+        self.outstanding.discard(job_ids)
+        return job_ids
+
     def mark_admitted(self, job_ids: Sequence[str]) -> None:
         """The jobs are in the queue: the watchdog may inspect them now."""
         for job_id in job_ids:

@@ -38,6 +38,7 @@ from sandbox_service.broker.jobqueue import JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.jobs import JobPayload, ResultDict
+from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,11 @@ class Dispatcher:
         self.api_id = uuid.uuid4().hex
         self.draining = False
         self.retries = 0
+        self.cancelled_dropped = 0
+        """Abandoned jobs removed from the queue before they started."""
+        self.cancelled_killed = 0
+        """Abandoned jobs whose worker was told to kill them (or to skip them at their start)."""
+        self._cancelling: set[asyncio.Task[None]] = set()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
         connection = jobqueue.connect(settings.redis_url)
         self._job_queue = JobQueue(connection, settings.queue_name, settings.result_ttl_s)
@@ -115,6 +121,8 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.awaiter.fail_all("the server is shutting down")
+        if self._cancelling:  # abandoned work still to cancel: do not leave it running
+            await asyncio.wait(self._cancelling, timeout=5.0)
         await self.redis.aclose()
         await self._listen_redis.aclose()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -143,8 +151,13 @@ class Dispatcher:
             futures.append(self.awaiter.track(job_id, stamped))
             jobs.append(NewJob.of(job_id, stamped, self.settings))
         job_ids = [job.job_id for job in jobs]
+        admission = self._request_admission(jobs)
         try:
-            admitted = await self._admit(jobs)
+            admitted = await asyncio.shield(admission)
+        except asyncio.CancelledError:
+            # The client went away during admission: cancel the jobs if they were admitted.
+            admission.add_done_callback(lambda done: self._abandon_if_admitted(done, futures))
+            raise
         except BaseException:
             self.awaiter.outstanding.discard(job_ids)
             raise
@@ -152,7 +165,43 @@ class Dispatcher:
             self.awaiter.outstanding.discard(job_ids)
             raise Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
         self.awaiter.mark_admitted(job_ids)
-        return list(await asyncio.gather(*futures))
+        try:
+            return list(await asyncio.gather(*futures))
+        except asyncio.CancelledError:
+            self.abandon(futures)
+            raise
+
+    def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> None:
+        """Nobody waits for these any more (the client went away): drop the jobs not started,
+        kill the running ones (in the background: the request is over)."""
+        job_ids = self.awaiter.abandon(futures)
+        if not job_ids:
+            return
+        task = asyncio.create_task(self._cancel(job_ids), name="cancel")
+        self._cancelling.add(task)
+        task.add_done_callback(self._cancelling.discard)
+
+    def _abandon_if_admitted(
+        self, admission: asyncio.Future[bool], futures: Sequence[asyncio.Future[ResultDict]]
+    ) -> None:
+        if not admission.cancelled() and admission.exception() is None and admission.result():
+            self.abandon(futures)
+        else:
+            self.awaiter.abandon(futures)
+
+    async def _cancel(self, job_ids: list[str]) -> None:
+        marker_ttl_s = int(self.settings.api_wait_s(self.settings.max_timeout)) + 1
+        try:
+            dropped, signalled = await self._run_sync(self._job_queue.cancel, job_ids, marker_ttl_s)
+        except (RedisError, OSError) as exc:
+            log.warning("cancelling abandoned jobs failed: %s", exc)
+            return
+        self.cancelled_dropped += len(dropped)
+        self.cancelled_killed += len(signalled)
+        log.info(
+            "abandoned jobs cancelled",
+            extra=fields(jobs=len(job_ids), dropped=len(dropped), killed=len(signalled)),
+        )
 
     async def end_session(self, session_id: str, request_id: str = "") -> bool:
         """End a session (DELETE /sessions/{id}); whether it existed.
@@ -212,10 +261,10 @@ class Dispatcher:
         """The list this process's completion notices arrive on."""
         return keys.reply(self.settings.queue_name, self.api_id)
 
-    async def _admit(self, jobs: list[NewJob]) -> bool:
+    def _request_admission(self, jobs: list[NewJob]) -> asyncio.Future[bool]:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        await self._to_admit.put((jobs, future))
-        return await future
+        self._to_admit.put_nowait((jobs, future))
+        return future
 
     async def _admit_loop(self) -> None:
         while True:

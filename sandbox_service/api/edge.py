@@ -1,11 +1,19 @@
-"""The HTTP edge every request passes: request id, API key, body size cap, access log, counts.
+"""The HTTP edge every request passes: request id, API key, body size cap, access log, counts,
+and the cancellation of abandoned work.
 
 A plain ASGI middleware rather than Starlette's BaseHTTPMiddleware, which costs a task and a
 stream per request; at thousands of requests in flight that matters.
+
+Abandoned work (API.md): once a POST's body is read, a watcher awaits the server's next message;
+`http.disconnect` before the response started means the client went away, and the request's task
+is cancelled. The dispatcher then drops its jobs not started and has the running ones killed.
+The request is logged and counted with status 499 (nginx's "client closed request").
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -18,6 +26,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sandbox_service.logs import fields, request_id_from_header, request_id_var
 
 log = logging.getLogger("sandbox_service.access")
+
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged and counted for a request whose client went away before its answer."""
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Paths served without the API key: the operational ones, which probes and scrapers call and
@@ -60,6 +71,22 @@ class Edge:
         route = path if path in KNOWN_ROUTES else "other"
         status = 500
         response_started = False
+        watcher: asyncio.Task[None] | None = None
+        disconnected = False
+        request_task = asyncio.current_task()
+
+        async def watch_disconnect() -> None:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect" and not response_started:
+                disconnected = True
+                assert request_task is not None
+                request_task.cancel()
+
+        def on_body_read() -> None:
+            nonlocal watcher
+            if scope["method"] == "POST" and watcher is None:
+                watcher = asyncio.create_task(watch_disconnect(), name="disconnect-watch")
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status, response_started
@@ -90,11 +117,20 @@ class Edge:
                 await _reply(send_wrapper, 413, f"body over {self._max_body_bytes} bytes")
                 return
             try:
-                await self.app(scope, self._capped(receive), send_wrapper)
+                await self.app(scope, self._capped(receive, on_body_read), send_wrapper)
             except _BodyTooLarge:
                 if not response_started:
                     await _reply(send_wrapper, 413, f"body over {self._max_body_bytes} bytes")
+            except asyncio.CancelledError:
+                if not disconnected or request_task is None:
+                    raise
+                request_task.uncancel()  # our own cancellation: the request ends here
+                status = CLIENT_CLOSED_REQUEST
         finally:
+            if watcher is not None and not watcher.done():
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
             self._on_response(route, status)
             log.info(
                 "%s %s %d",
@@ -111,7 +147,7 @@ class Edge:
         scheme, _, key = value.partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self._api_key)
 
-    def _capped(self, receive: Receive) -> Receive:
+    def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0
         limit = self._max_body_bytes
 
@@ -122,6 +158,8 @@ class Edge:
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     raise _BodyTooLarge
+                if not message.get("more_body", False):
+                    on_body_read()
             return message
 
         return capped_receive

@@ -53,6 +53,7 @@ from sandbox_service.jobs import (
     encode_result,
     failure_result,
 )
+from sandbox_service.logs import fields
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -261,6 +262,38 @@ class JobQueue:
             self._redis.delete(*gone)
         return removed
 
+    def cancel(self, job_ids: Sequence[str], marker_ttl_s: int) -> tuple[list[str], list[str]]:
+        """The clients of these jobs went away: drop the waiting ones, kill the running ones.
+
+        Returns (dropped: removed from their queues, never run; signalled: their workers were
+        told to kill them). The marker is set first: a worker that dequeues one in between
+        sees it in its prepare pipeline, which also names it as the job's worker, so every job
+        is either dropped, skipped by its worker, or signalled.
+        """
+        with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.set(keys.cancelled(self._name, job_id), 1, ex=marker_ttl_s)
+            pipe.execute()
+        removed = self.withdraw(job_ids)
+        started = [job_id for job_id, r in zip(job_ids, removed, strict=True) if not r]
+        dropped = [job_id for job_id, r in zip(job_ids, removed, strict=True) if r]
+        if not started:
+            return dropped, []
+        with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in started:
+                pipe.hget(keys.rq_job(job_id), "worker_name")
+            workers = pipe.execute()
+        signalled = []
+        with self._redis.pipeline(transaction=False) as pipe:
+            for job_id, worker in zip(started, workers, strict=True):
+                if worker:  # else finished meanwhile (its result has no reader left)
+                    cancel_list = keys.cancel_list(self._name, worker.decode())
+                    pipe.rpush(cancel_list, job_id)
+                    pipe.expire(cancel_list, self._result_ttl_s)
+                    signalled.append(job_id)
+            pipe.execute()
+        return dropped, signalled
+
     def forget(self, job_ids: Sequence[str]) -> None:
         """Delete the records of lost jobs (a started job whose worker died stays "started")."""
         if job_ids:
@@ -301,6 +334,17 @@ class JobQueue:
             return JobState("running" if name in live else "lost", worker=name, queue=queue)
         # Gone without a result (Redis lost it), or failed/stopped by RQ's own maintenance.
         return JobState("lost", worker=name, queue=queue)
+
+
+def next_cancelled(
+    connection: redis.Redis, queue_name: str, worker: str, block_s: float
+) -> str | None:
+    """The next job this worker must kill (its client went away), waiting up to block_s."""
+    popped = connection.blpop([keys.cancel_list(queue_name, worker)], timeout=block_s)
+    if popped is None:
+        return None
+    job_id = popped[1]
+    return job_id.decode() if isinstance(job_id, bytes) else str(job_id)
 
 
 class JobHandler(Protocol):
@@ -376,9 +420,16 @@ class LeanWorker(SimpleWorker):
                 job.prepare_for_execution(self.name, pipeline=pipe)
                 pipe.persist(job.key)
                 pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-                pipe.execute()
+                # Last, after the worker name is set (see JobQueue.cancel).
+                pipe.exists(keys.cancelled(self._queue_name, job.id))
+                cancelled = pipe.execute()[-1]
             payload = JobPayload.from_wire(job.args[0])
             reply_to = payload.reply_to
+            if cancelled:
+                log.info("job cancelled before it started", extra=fields(job_id=job.id))
+                message = "cancelled: the client went away before the program started; never ran"
+                self._deliver(job, reply_to, failure_result(Status.KILLED, message, job.id))
+                return
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):
                     result = self._handler.run(job.id, payload)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, ProgramError, Status
 from sandbox_service.jail import cgroups as cg
 from sandbox_service.jail import zygote as zygote_module
@@ -282,7 +283,7 @@ class JailExecutor:
         """The CFS counters of the current jail's cgroup."""
         return None if self._jail is None else self._jail.cgroups.cpu_throttling()
 
-    def run(self, spec: ExecutionSpec) -> ExecutionResult:
+    def run(self, spec: ExecutionSpec, cancel: Cancel | None = None) -> ExecutionResult:
         """Run one execution on a sound jail.
 
         A jail that fails is replaced, and the execution runs once more on the fresh one when
@@ -290,19 +291,19 @@ class JailExecutor:
         run, so running it again is safe); a second failure is a sandbox_error result.
         """
         try:
-            return self._run_once(spec)
+            return self._run_once(spec, cancel)
         except (JailFailure, OSError) as exc:
-            if not getattr(exc, "retryable", True):
+            if not getattr(exc, "retryable", True) or (cancel is not None and cancel.requested):
                 return _sandbox_failure(spec, exc)
         try:
-            return self._run_once(spec)
+            return self._run_once(spec, cancel)
         except (JailFailure, OSError) as exc:
             return _sandbox_failure(spec, exc)
 
-    def _run_once(self, spec: ExecutionSpec) -> ExecutionResult:
+    def _run_once(self, spec: ExecutionSpec, cancel: Cancel | None) -> ExecutionResult:
         try:
             jail = self._take_jail()
-            reply = jail.run(spec)
+            reply = jail.run(spec, cancel)
         except (JailFailure, OSError) as exc:
             self.jail_failures += 1
             log.warning("jail failure", extra={"error": str(exc)})

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.cgroups import SlotCgroups
 from sandbox_service.jail.executor import apply_cpu_limit, fetch_budget, make_layout, to_result
@@ -146,7 +147,11 @@ class SessionPool:
         return session_id in self._live
 
     def run_cell(
-        self, session_id: str, spec: ExecutionSpec, history: Sequence[RecordedCell] = ()
+        self,
+        session_id: str,
+        spec: ExecutionSpec,
+        history: Sequence[RecordedCell] = (),
+        cancel: Cancel | None = None,
     ) -> CellOutcome:
         """Run one cell of a session, rebuilding the session from `history` if not live here."""
         evicted: list[str] = []
@@ -161,7 +166,7 @@ class SessionPool:
                     self._replay(live, spec, history)
                     restored = True
             self._live.move_to_end(session_id)
-            reply = live.jail.run(spec)
+            reply = live.jail.run(spec, cancel)
             live.last_used = time.monotonic()  # idle from the end of its last cell
         except (JailFailure, OSError) as exc:
             self.end(session_id, force=True)

