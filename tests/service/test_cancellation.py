@@ -39,7 +39,6 @@ def cancel_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
         63600,
         max_batch=128,
         max_timeout=30,
-        queue_deadline_s=120,
         codejudge_timeout_s=20,
     )
     running = Stack(env, logs_dir / "cancel.log").start()
