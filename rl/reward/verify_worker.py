@@ -19,8 +19,6 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from sandbox_service.local.procs import die_with_parent
-
 
 class _SoftTimeout(BaseException):
     """Raised by the interval timer; a BaseException so `except Exception` in sympy lets it by."""
@@ -58,6 +56,9 @@ def _check(request: dict[str, Any]) -> dict[str, Any]:
 
 def serve(conn: Connection, memory_mb: int | None) -> None:
     """Answer checks on conn until EOF (the process target of every worker)."""
+    # Only here, in the pool's process: importing the checker must not load the service.
+    from sandbox_service.local.procs import die_with_parent
+
     die_with_parent(os.getppid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's; the pool stops us
     signal.signal(signal.SIGALRM, _on_alarm)

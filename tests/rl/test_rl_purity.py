@@ -24,6 +24,10 @@ EDGES = {
     "data/tasks.py": {"trainer_client"},  # the tool's name, for demonstrations
     "run/trainer.py": {"trainer_client"},  # creates the SandboxClient
     "engines/openai_api.py": {"httpx"},  # the OpenAI-compatible server client
+    "run/local_service.py": {"sandbox_service"},  # starts the trainer's private service
+    # The parent-death helper (standard library only), imported in the pool's process only:
+    # the import test below keeps the checker itself free of it.
+    "reward/verify_worker.py": {"sandbox_service"},
 }
 """The modules that touch an outside system, and the one each may touch."""
 
