@@ -377,6 +377,44 @@ def test_the_preloaded_heap_is_immortal_and_the_programs_objects_are_not(
     assert (result.status, result.stdout) == (Status.OK, "True 2\n")
 
 
+def _thp_offered() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _thp_offered(), reason="the kernel offers no transparent huge pages")
+def test_the_preloaded_heap_is_on_huge_pages_and_a_programs_writes_stay_its_own(
+    warm_executor: JailExecutor,
+) -> None:
+    # Huge pages spare fork and exit most of their page-table work (zygote.huge_pages); a
+    # program that writes straight into a preloaded object's memory must still write only its
+    # own copy, never the zygote's page that the next run is forked from.
+    pid = warm_executor.zygote_pid()
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        huge_kib = int(f.read().split("AnonHugePages:")[1].split()[0])
+    assert huge_kib >= 2048
+    overwrite = textwrap.dedent("""\
+        import ctypes, sys, sympy
+        v = sympy.__version__
+        ctypes.memset(id(v) + sys.getsizeof(v) - len(v) - 1, ord('X'), len(v))
+        print(sympy.__version__)
+        """)
+    written = warm_executor.run(ExecutionSpec(code=overwrite))
+    after = warm_executor.run(ExecutionSpec(code="import sympy; print(sympy.__version__)"))
+    assert written.status == after.status == Status.OK
+    assert set(written.stdout.strip()) == {"X"}
+    assert after.stdout.strip() == sympy_version() and "X" not in after.stdout
+
+
+def sympy_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("sympy")
+
+
 def test_zygote_survives_hostile_programs(warm_executor: JailExecutor) -> None:
     before = warm_executor.zygote_pid()
     assert before is not None
