@@ -1,0 +1,208 @@
+# ruff: noqa: E501  (the instrumentation is source text spliced into zygote.py, one line each)
+"""Where the CPU of one jailed call goes: per-phase clocks of the zygote and of its children.
+
+Makes an instrumented copy of sandbox_service/jail/zygote.py (and protocol.py) under --work
+(CPU clocks around fork, reap, wipe, reply in the zygote; marks in the child, written to a page
+shared with the zygote, so nothing of the product changes), runs one warm slot on it, and prints
+the CPU per call of each phase, of the zygote, of its programs (reaped children) and of the
+executor's side. The child's exit teardown is its kernel rusage less its last mark.
+
+    .venv/bin/python scripts/jail_phases.py [--calls 300] [--code 'print(1)'] [--zygote-dir D]
+
+--zygote-dir instruments another copy of the jail directory (to compare two commits in one run).
+Needs root, like the workers; run it under the test lock on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    if old not in text:
+        raise SystemExit(f"zygote.py changed: instrument again by hand near {old[:60]!r}")
+    return text.replace(old, new, 1)
+
+
+def instrument(src: Path, dst: Path) -> Path:
+    """An instrumented copy of the jail's zygote.py (with protocol.py) in dst; its path."""
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "protocol.py", dst / "protocol.py")
+    s = (src / "zygote.py").read_text()
+    # shared page: child phase clocks (8 doubles), zygote accumulators printed at exit
+    s = _sub(
+        s,
+        'WORK_DIR = "/home/sandbox"',
+        '''import mmap as _mmap, struct as _struct
+    _SHM = _mmap.mmap(-1, 4096)
+    _Z = {}
+    def _zt(name, t0):
+        _Z[name] = _Z.get(name, 0.0) + time.thread_time() - t0
+    def _cmark(i):
+        _struct.pack_into("d", _SHM, 8 * i, time.process_time())
+    WORK_DIR = "/home/sandbox"''',
+    )
+    # child marks
+    s = _sub(
+        s,
+        "        namespace = prepare_child()\n        if warm_up:",
+        "        _cmark(0)\n        namespace = prepare_child()\n        _cmark(1)\n        if warm_up:",
+    )
+    s = _sub(
+        s,
+        "        code_fd, stdin_fd, stdout_fd, stderr_fd = fds\n        os.dup2(stdin_fd, 0)",
+        "        _cmark(2)\n        code_fd, stdin_fd, stdout_fd, stderr_fd = fds\n        os.dup2(stdin_fd, 0)",
+    )
+    s = _sub(
+        s,
+        "        status = _run_source(source, namespace)\n",
+        "        _cmark(3)\n        status = _run_source(source, namespace)\n        _cmark(4)\n",
+    )
+    s = _sub(
+        s,
+        "        status = _flush_and_finish(status)\n",
+        "        status = _flush_and_finish(status)\n        _cmark(5)\n",
+    )
+    # zygote phases
+    s = _sub(
+        s,
+        "    try:\n        pid = os.fork()\n    except OSError:",
+        "    _t = time.thread_time()\n    try:\n        pid = os.fork()\n    except OSError:",
+    )
+    s = _sub(
+        s,
+        "    os.close(forward_w)\n    os.close(go_r)\n    return _Standby(",
+        "    _zt('fork', _t)\n    os.close(forward_w)\n    os.close(go_r)\n    return _Standby(",
+    )
+    s = _sub(
+        s,
+        "    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _wipe_scratch()\n",
+        "    _t = time.thread_time()\n    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _zt('reap', _t); _t = time.thread_time()\n    _wipe_scratch()\n    _zt('wipe', _t)\n",
+    )
+    s = _sub(
+        s,
+        """    exit_code, signum, cpu, timed_out = _wait_child(
+            pid, taken.started + request.limits.timeout_s, sock
+        )""",
+        """    _t = time.thread_time()
+        exit_code, signum, cpu, timed_out = _wait_child(
+            pid, taken.started + request.limits.timeout_s, sock
+        )
+        _zt('wait_child', _t)
+        c = _struct.unpack_from("6d", _SHM, 0)
+        for i, name in enumerate(("c:prepare", "c:take_request", "c:setup", "c:program", "c:finish")):
+            _Z[name] = _Z.get(name, 0.0) + c[i + 1] - c[i]
+        _Z["c:to_first_mark"] = _Z.get("c:to_first_mark", 0.0) + c[0]
+        _Z["c:exit_teardown"] = _Z.get("c:exit_teardown", 0.0) + cpu - c[5]
+        _Z["c:total"] = _Z.get("c:total", 0.0) + cpu
+        _Z["runs"] = _Z.get("runs", 0) + 1""",
+    )
+    s = _sub(
+        s,
+        """        current = _choose_standby(sock, current, idle_warm_up)
+            current.release()
+            taken = _take(current)
+            current.lines.close()""",
+        """        _t = time.thread_time()
+            current = _choose_standby(sock, current, idle_warm_up)
+            _zt('choose', _t); _t = time.thread_time()
+            current.release()
+            taken = _take(current)
+            current.lines.close()
+            _zt('release_take', _t)""",
+    )
+    s = _sub(
+        s,
+        """        reply = dataclasses.replace(reply, warmed=current.warmed)
+            send_frame(sock, reply.to_wire())""",
+        """        _t = time.thread_time()
+            reply = dataclasses.replace(reply, warmed=current.warmed)
+            send_frame(sock, reply.to_wire())
+            _zt('reply', _t)
+            if _Z.get("runs", 0) % 50 == 0:
+                print("PHASES", json.dumps(_Z), file=sys.stderr, flush=True)""",
+    )
+    (dst / "zygote.py").write_text(s)
+    return dst / "zygote.py"
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(own CPU seconds from the kernel's clock, reaped children's CPU seconds in ticks)."""
+    own = time.clock_gettime(((~pid) << 3) | 2)
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return own, (int(fields[13]) + int(fields[14])) / TICK
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--gap-ms", type=float, default=0, help="idle time before each call")
+    parser.add_argument("--code", default="print(1)")
+    parser.add_argument("--warm-up", default="never", help="idle_warm_up of the slot")
+    parser.add_argument("--zygote-dir", default=None, help="the jail directory to instrument")
+    parser.add_argument("--work", default="/tmp/rl-sandbox-jail-phases")
+    args = parser.parse_args()
+    import sandbox_service.jail.zygote as zygote_module
+    from sandbox_service.execution import ExecutionSpec, Limits
+    from sandbox_service.jail import JailExecutor
+    from sandbox_service.settings import Settings
+
+    src = Path(args.zygote_dir or os.path.dirname(zygote_module.__file__))
+    work = Path(args.work) / f"{os.getpid()}"
+    zygote_module.__file__ = str(instrument(src, work))  # what make_layout mounts
+    os.chmod(args.work, 0o755)
+    settings = Settings(cgroup_parent="rl-sandbox-phases", idle_warm_up=args.warm_up)
+    ex = JailExecutor(settings, slot=40, mode="warm")
+    try:
+        spec = ExecutionSpec(code=args.code, limits=Limits(timeout_s=10))
+        for _ in range(20):
+            ex.run(spec)
+        jail = ex._jail
+        assert jail is not None and jail._proc is not None
+        zpid, npid = jail.zygote_pid, jail._proc.pid
+        z0, zc0 = cpu_of(zpid)
+        n0, _ = cpu_of(npid)
+        w0 = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+        latencies = []
+        for _ in range(args.calls):
+            if args.gap_ms:
+                time.sleep(args.gap_ms / 1000)
+            started = time.perf_counter()
+            result = ex.run(spec)
+            latencies.append(time.perf_counter() - started)
+            assert result.status == "ok", result
+        z1, zc1 = cpu_of(zpid)
+        n1, _ = cpu_of(npid)
+        w1 = time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
+        n = args.calls
+        parts = {
+            "executor": w1 - w0, "zygote": z1 - z0, "programs": zc1 - zc0, "nsjail": n1 - n0
+        }  # fmt: skip
+        print(
+            f"load {os.getloadavg()[0]:.1f}, {n} calls, p50 {statistics.median(latencies) * 1000:.2f}"
+            " ms; CPU ms per call: "
+            + ", ".join(f"{k} {1000 * v / n:.2f}" for k, v in parts.items())
+            + f", total {1000 * sum(parts.values()) / n:.2f}"
+        )
+        lines = [x for x in ex._log_path.read_text().splitlines() if "PHASES" in x]
+        phases = json.loads(lines[-1].split("PHASES", 1)[1])
+        runs = phases.pop("runs")
+        print(f"phases, ms per run over {runs} runs:")
+        for name, value in phases.items():
+            print(f"  {name:18} {1000 * value / runs:7.3f}")
+    finally:
+        ex.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
