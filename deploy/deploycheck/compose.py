@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import jsonschema
 import yaml
 
-from deploycheck import dockerfile
+from deploycheck import dockerfile, seccomp
 from deploycheck.service import (
     capability_problems,
     effective,
@@ -75,6 +75,14 @@ def _duration_s(text: str | None) -> float:
     # Docker Compose normalises durations to Go's notation, e.g. "1m30s".
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
     return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(ms|h|m|s)", text or ""))
+
+
+def _seccomp_problems(opts: list[str], where: str) -> list[str]:
+    # Paths are the engine's to resolve, from the directory compose runs in: the repository root.
+    profiles = [o.split("=", 1)[1] for o in opts if o.startswith(("seccomp=", "seccomp:"))]
+    if profiles != [str(seccomp.PROFILE)]:
+        return [f"{where}: security_opt must name seccomp={seccomp.PROFILE}, has {profiles}"]
+    return []
 
 
 def check(path: Path, context: Path) -> list[str]:
@@ -156,8 +164,7 @@ def _service_problems(
         opts = svc.get("security_opt") or []
         if "apparmor=unconfined" not in opts:
             problems.append(f"{where}: nsjail mounts, which docker-default AppArmor forbids")
-        if "seccomp=unconfined" not in opts:
-            problems.append(f"{where}: nsjail uses pivot_root, which Docker's seccomp forbids")
+        problems += _seccomp_problems(opts, where)
         if svc.get("cgroup") != "private":
             problems.append(f"{where}: use `cgroup: private` (the worker writes its cgroups)")
         if grace_s < settings.job_timeout_s(settings.max_timeout):

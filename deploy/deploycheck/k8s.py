@@ -25,8 +25,15 @@ K8S_VERSIONS = ("1.30.0", "1.37.0")
 
 
 def kustomizations(root: Path) -> list[Path]:
-    """Every directory under deploy/k8s with a kustomization.yaml: the base and each overlay."""
-    return sorted(p.parent for p in root.rglob("kustomization.yaml"))
+    """Every directory under deploy/k8s with a kustomization.yaml: the base and each overlay.
+
+    Components render only as part of an overlay, which is where they are checked.
+    """
+    return sorted(
+        p.parent
+        for p in root.rglob("kustomization.yaml")
+        if (yaml.safe_load(p.read_text()) or {}).get("kind") != "Component"
+    )
 
 
 def render(directory: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from deploycheck import dockerfile
+from deploycheck import dockerfile, seccomp
 from deploycheck.service import (
     capability_problems,
     effective,
@@ -243,8 +243,15 @@ def _worker(
     out += capability_problems(caps.get("add") or [], caps.get("drop") or [], "capabilities")
     if sc.get("privileged"):
         out.append("must not be privileged")
-    if (sc.get("seccompProfile") or {}).get("type") != "Unconfined":
-        out.append("nsjail uses pivot_root, which the runtime's default seccomp profile forbids")
+    profile = sc.get("seccompProfile") or {}
+    if (profile.get("type"), profile.get("localhostProfile")) != (
+        "Localhost",
+        seccomp.K8S_LOCALHOST_PROFILE,
+    ):
+        out.append(
+            f"seccompProfile must be Localhost {seccomp.K8S_LOCALHOST_PROFILE} (nsjail needs "
+            "pivot_root, which RuntimeDefault forbids; Unconfined allows everything)"
+        )
     if (sc.get("appArmorProfile") or {}).get("type") != "Unconfined":
         out.append("nsjail mounts, which the runtime's default AppArmor profile forbids")
     if not c.get("livenessProbe"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -229,3 +230,35 @@ def test_dockerfile_rules_bite(tmp_path: Path) -> None:
     loopback = text.replace('CMD ["up", "--host", "0.0.0.0", "--port", "8000"]', 'CMD ["up"]')
     path.write_text(loopback)
     assert any("standalone: listens on 127.0.0.1" in p for p in dockerfile.check(path, ROOT))
+
+
+def test_worker_seccomp_profile_rules_bite(tmp_path: Path) -> None:
+    from deploycheck import seccomp
+
+    profile = json.loads((ROOT / seccomp.PROFILE).read_text())
+    profile["defaultAction"] = "SCMP_ACT_ALLOW"
+    profile["syscalls"][0]["names"] = [*profile["syscalls"][0]["names"], "bpf", "ptrace"]
+    profile["syscalls"][0]["names"].remove("pivot_root")
+    profile["syscalls"].append({"names": ["chroot"], "action": "SCMP_ACT_ALLOW", "includes": {}})
+    path = tmp_path / "worker.json"
+    path.write_text(json.dumps(profile))
+    problems = seccomp.check(path)
+    for expected in ("defaultAction", "bpf", "ptrace", "pivot_root", "chroot", "flat OCI"):
+        assert any(expected in p for p in problems), (expected, problems)
+
+
+def test_worker_must_use_its_seccomp_profile_not_unconfined(tmp_path: Path) -> None:
+    document = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    for svc in document["services"].values():
+        if "build" in svc:
+            svc["build"]["context"] = str(ROOT)
+    document["services"]["worker"]["security_opt"] = ["apparmor=unconfined", "seccomp=unconfined"]
+    path = tmp_path / "compose.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert any("seccomp=deploy/seccomp/worker.json" in p for p in compose.check(path, ROOT))
+
+    objs = _rendered("overlays/production")
+    worker = _find(objs, "Deployment", "rl-sandbox-worker")["spec"]["template"]["spec"]
+    assert worker["hostUsers"] is False
+    worker["containers"][0]["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+    assert any("Localhost rl-sandbox/worker.json" in p for p in _rules(objs))

@@ -1,0 +1,62 @@
+"""One compose stack for the whole tests/image session: built, started, torn down.
+
+The images are built first (scripts/image/build.sh: cached, so a second run rebuilds nothing),
+then deploy/compose.yaml is started with podman-compose and waited for until /readyz answers.
+Teardown runs on success, failure, Ctrl-C and SIGTERM, and a stack left by a run that was killed
+outright is removed before the next one starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+
+from tests.image import stack
+
+
+def _require_tools() -> None:
+    missing = [tool for tool in ("podman", "runc", "debootstrap") if not shutil.which(tool)]
+    if missing:
+        pytest.fail(f"tests/image needs {', '.join(missing)}: run `make image-test`", False)
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def images() -> dict[str, float]:
+    """Build (or reuse) the base, API, worker and Redis images; the build's seconds."""
+    _require_tools()
+    start = time.monotonic()
+    subprocess.run([str(stack.SCRIPTS / "build.sh")], cwd=stack.ROOT, check=True, timeout=1800)
+    return {"build_s": time.monotonic() - start}
+
+
+@pytest.fixture(scope="session")
+def compose_stack(images: dict[str, float]) -> Iterator[stack.Stack]:
+    """deploy/compose.yaml running, ready (Redis and a worker alive); removed afterwards."""
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    stack.teardown()
+    try:
+        stack.compose("up", "--detach", "--no-build", timeout_s=300.0)
+        url = f"http://127.0.0.1:{stack.api_port()}"
+        stack.wait_ready(url)
+        (redis,) = stack.containers("redis")
+        yield stack.Stack(url=url, redis_address=stack.address_of(redis))
+    finally:
+        stack.teardown()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The first test of tests/image pays for the build and start-up: give it the time."""
+    mine = [item for item in items if "tests/image/" in item.nodeid]
+    for index, item in enumerate(mine):
+        item.add_marker(pytest.mark.timeout(1800 if index == 0 else 300))
