@@ -130,7 +130,7 @@ bench-executor: setup
 # api and worker images of deploy/Dockerfile, deploy/compose.yaml under podman-compose, then the
 # API contract, hostile programs, the worker's privileges, scaling and a worker lost under load.
 # Tears everything down, also on failure or interrupt. Writes reports/image/build.json (sizes).
-IMAGE_DEB_PACKAGES := podman runc debootstrap uidmap containernetworking-plugins iptables
+IMAGE_DEB_PACKAGES := podman runc debootstrap patchelf uidmap netavark aardvark-dns iptables
 image-test: setup
 	@$(MAKE) --no-print-directory system-packages DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
 	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \

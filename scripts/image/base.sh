@@ -7,7 +7,8 @@
 # build (uv's python-build-standalone downloads come from GitHub), so the interpreter is the
 # CPython 3.12 that `make setup` uses (scripts/find-python.sh: PATH, then pyenv), copied without
 # its test suite, IDLE, Tk, static library, headers and site-packages; pip comes from its own
-# ensurepip. The libraries it links against are installed from Debian into the root.
+# ensurepip. The libraries it links against are installed from Debian into the root. Needs
+# debootstrap, patchelf and podman on the host (`make image-test` installs them).
 #
 # Cached: the image's tag carries a hash of this script and of the interpreter, and an existing
 # image of that tag is reused. Prints the image's name on stdout.
@@ -80,7 +81,9 @@ tar -C "$prefix/lib" -c \
   --exclude="python$short/site-packages/*" --exclude='*/__pycache__' --exclude='*_test.*.so' \
   --exclude='*_tkinter*' "python$short" | tar -C "$rootfs/usr/local/lib" -x
 for name in python3 python; do ln -sf "python$short" "$rootfs/usr/local/bin/$name"; done
-# The interpreter was linked with an rpath into its old prefix; the loader cache finds it here.
+# The interpreter was linked with an rpath into its old prefix. Like python:3.12-slim's, it finds
+# libpython next to itself ($ORIGIN/../lib): the jail mounts /usr but not /etc/ld.so.cache.
+patchelf --set-rpath "\$ORIGIN/../lib" "$rootfs/usr/local/bin/python$short"
 chroot "$rootfs" /sbin/ldconfig
 chroot "$rootfs" /usr/local/bin/python3 -m ensurepip --default-pip >/dev/null
 chroot "$rootfs" /usr/local/bin/python3 -c \

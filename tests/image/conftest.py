@@ -21,7 +21,7 @@ from tests.image import stack
 
 
 def _require_tools() -> None:
-    missing = [tool for tool in ("podman", "runc", "debootstrap") if not shutil.which(tool)]
+    missing = [tool for tool in ("podman", "runc", "debootstrap", "patchelf") if not shutil.which(tool)]
     if missing:
         pytest.fail(f"tests/image needs {', '.join(missing)}: run `make image-test`", False)
 
@@ -46,7 +46,8 @@ def compose_stack(images: dict[str, float]) -> Iterator[stack.Stack]:
     stack.teardown()
     try:
         stack.compose("up", "--detach", "--no-build", timeout_s=300.0)
-        url = f"http://127.0.0.1:{stack.api_port()}"
+        assert stack.api_port() == stack.API_PORT
+        url = f"http://127.0.0.1:{stack.API_PORT}"
         stack.wait_ready(url)
         (redis,) = stack.containers("redis")
         yield stack.Stack(url=url, redis_address=stack.address_of(redis))

@@ -20,12 +20,16 @@ from pathlib import Path
 
 import httpx
 
+from sandbox_service.local.procs import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "image"
 PROJECT = "rlsb-imagetest"
 IMAGE_TAG = "imagetest"
 READY_TIMEOUT_S = 240.0
 COMPOSE = [sys.executable, "-m", "podman_compose"]
+API_PORT = free_port()
+"""The host port (loopback) the API is published on: never a fixed one another service may hold."""
 
 
 def podman_env() -> dict[str, str]:
@@ -37,6 +41,7 @@ def podman_env() -> dict[str, str]:
             "IMAGE_TAG": IMAGE_TAG,
             "REDIS_IMAGE": f"localhost/rl-sandbox-redis:{IMAGE_TAG}",
             "WORKER_SLOTS": "2",
+            "API_PORT": str(API_PORT),
         }
     )
     return env
@@ -107,6 +112,20 @@ def teardown() -> None:
             podman("network", "rm", "--force", network, check=False)
 
 
+def logs(container: str, lines: int = 30) -> str:
+    """The last lines a container wrote (stdout and stderr, as podman keeps them)."""
+    done = subprocess.run(
+        ["podman", "logs", container],
+        env=podman_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return "\n".join(done.stdout.splitlines()[-lines:])
+
+
 def wait_ready(url: str, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Wait until GET /readyz answers 200 (Redis and a worker alive), or raise with the logs."""
     deadline = time.monotonic() + timeout_s
@@ -120,11 +139,8 @@ def wait_ready(url: str, timeout_s: float = READY_TIMEOUT_S) -> None:
         except httpx.HTTPError as exc:
             last = repr(exc)
         time.sleep(1.0)
-    logs = "\n".join(
-        f"--- {name}\n{podman('logs', '--tail', '30', name, check=False)}"
-        for name in containers(running_only=False)
-    )
-    raise RuntimeError(f"{url}/readyz not ready in {timeout_s:.0f} s: {last}\n{logs}")
+    tails = "\n".join(f"--- {name}\n{logs(name)}" for name in containers(running_only=False))
+    raise RuntimeError(f"{url}/readyz not ready in {timeout_s:.0f} s: {last}\n{tails}")
 
 
 def worker_count(url: str) -> int:

@@ -6,6 +6,7 @@ import uuid
 
 import httpx
 
+from tests.image import stack as podman_stack
 from tests.image.stack import Stack
 
 
@@ -23,6 +24,14 @@ def test_operational_endpoints_answer(compose_stack: Stack) -> None:
     metrics = httpx.get(f"{compose_stack.url}/metrics", timeout=5).text
     assert "rl_sandbox_workers_alive" in metrics
     assert httpx.get(f"{compose_stack.url}/openapi.json", timeout=5).json()["paths"]["/execute"]
+
+
+def test_every_container_passes_its_healthcheck(compose_stack: Stack) -> None:
+    # podman runs healthchecks from systemd timers; without systemd, on demand is what there is.
+    names = podman_stack.containers()
+    assert len(names) == 3, names
+    for name in names:
+        podman_stack.podman("healthcheck", "run", name)  # exits 1 when unhealthy
 
 
 def test_execute_returns_the_contract_fields(compose_stack: Stack) -> None:
