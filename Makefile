@@ -135,4 +135,4 @@ image-test: setup
 	@$(MAKE) --no-print-directory system-packages DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
 	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \
 	  $(UV) pip install -q --python $(PY) -e '.[$(EXTRAS),deploy]' && touch $(VENV)/.installed-deploy; }
-	$(VENV)/bin/pytest tests/image -p no:cacheprovider
+	RL_SANDBOX_IMAGE_TEST=1 $(VENV)/bin/pytest tests/image -p no:cacheprovider
