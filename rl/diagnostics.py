@@ -10,20 +10,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rl.penalties import ToolResult, is_failed
+from rl.penalties import ToolResult, is_failed, is_infrastructure_failure
 
 
 def positive_tool_error_ratio(
     rewards: Sequence[float], tool_results: Sequence[Sequence[ToolResult | Mapping[str, Any]]]
 ) -> float:
-    """Failed tool calls / tool calls, over trajectories with reward > 0 (0.0 if none called)."""
+    """The model's failed calls / its calls, over trajectories with reward > 0 (0.0 if none).
+
+    Calls the service failed (queue_timeout, sandbox_error) are left out, as in p_err.
+    """
     if len(rewards) != len(tool_results):
         raise ValueError(f"{len(rewards)} rewards but {len(tool_results)} tool-result lists")
     calls = failed = 0
     for reward, results in zip(rewards, tool_results, strict=True):
         if reward > 0:
-            calls += len(results)
-            failed += sum(is_failed(r) for r in results)
+            judged = [r for r in results if not is_infrastructure_failure(r)]
+            calls += len(judged)
+            failed += sum(is_failed(r) for r in judged)
     return failed / calls if calls else 0.0
 
 

@@ -2,8 +2,10 @@
 
 Lower is cleaner. p_total = p_err + p_format lies in [0, 2].
 
-- `p_err`: the share of tool calls that failed, from the service's structured results; 0.5 when
-  the trajectory made no tool call (to encourage tool use).
+- `p_err`: the share of the model's tool calls that failed, from the service's structured
+  results; 0.5 when the trajectory made no tool call (to encourage tool use). A call the service
+  itself failed (queue_timeout, sandbox_error) is the infrastructure's failure, not the model's:
+  it counts neither way, and a trajectory whose every call was lost so scores 0.0.
 - `p_format`: 1 when there is no `<answer>`; else min(1, (answers - 1) / turns).
 
 The release computes both from the decoded text instead (`p_err_release`, `p_format_release`):
@@ -21,13 +23,14 @@ from typing import Any, Protocol
 
 from rl.config import ErrDetector, FormatRule
 
-FAILED_STATUSES = frozenset(
-    {"error", "timeout", "memory_limit", "killed", "queue_timeout", "sandbox_error", "parse_error"}
-)
-"""Statuses of a failed call: the service's (sandbox_service ExecuteResult.status) plus
-"parse_error", which the rollout loop records for a tool call it could not decode or dispatch.
-queue_timeout and sandbox_error are counted too: the model was shown a failure either way."""
+FAILED_STATUSES = frozenset({"error", "timeout", "memory_limit", "killed", "parse_error"})
+"""Statuses of a call that failed by the model's doing: the service's (ExecuteResult.status) plus
+"parse_error", which the rollout loop records for a tool call it could not decode or dispatch."""
+INFRASTRUCTURE_STATUSES = frozenset({"queue_timeout", "sandbox_error"})
+"""Statuses of a call the service could not run or answer: the program is not to blame (a busy
+queue, a lost worker, a client that gave up), so Resample-on-Correct must not rank by them."""
 OK_STATUSES = frozenset({"ok"})
+_KNOWN_STATUSES = FAILED_STATUSES | INFRASTRUCTURE_STATUSES | OK_STATUSES
 
 _TOOL_RESPONSE = re.compile(r"<tool_response>.*?</tool_response>", re.DOTALL)
 _ANSWER_PAIR = re.compile(r"<answer>.*?</answer>", re.DOTALL)
@@ -44,21 +47,30 @@ class ToolResult(Protocol):
 def _status(result: ToolResult | Mapping[str, Any]) -> str:
     status = result["status"] if isinstance(result, Mapping) else result.status
     status = str(getattr(status, "value", status))
-    if status not in FAILED_STATUSES and status not in OK_STATUSES:
+    if status not in _KNOWN_STATUSES:
         raise ValueError(f"unknown tool-result status {status!r}")
     return status
 
 
 def is_failed(result: ToolResult | Mapping[str, Any]) -> bool:
-    """Whether one tool call failed (error, time-out, memory, kill, parse failure, ...)."""
+    """Whether one tool call failed by the model's doing (error, time-out, memory, parse, ...)."""
     return _status(result) in FAILED_STATUSES
 
 
+def is_infrastructure_failure(result: ToolResult | Mapping[str, Any]) -> bool:
+    """Whether the service could not run or answer the call (queue_timeout, sandbox_error)."""
+    return _status(result) in INFRASTRUCTURE_STATUSES
+
+
 def p_err(tool_results: Sequence[ToolResult | Mapping[str, Any]]) -> float:
-    """Failed tool calls / tool calls (Eq. 4); 0.5 with no tool call."""
+    """The model's failed calls / the model's calls (Eq. 4); 0.5 with no tool call at all."""
     if not tool_results:
         return 0.5
-    return sum(is_failed(result) for result in tool_results) / len(tool_results)
+    statuses = [_status(result) for result in tool_results]
+    judged = [s for s in statuses if s not in INFRASTRUCTURE_STATUSES]
+    if not judged:
+        return 0.0
+    return sum(s in FAILED_STATUSES for s in judged) / len(judged)
 
 
 def p_err_release(response: str) -> float:

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import rl_transcripts as tx
 
+from rl.diagnostics import positive_tool_error_ratio
 from rl.penalties import (
     FAILED_STATUSES,
     is_failed,
+    is_infrastructure_failure,
     p_err,
     p_err_release,
     p_format,
@@ -77,11 +79,22 @@ def test_release_turn_regex_sees_one_turn_fewer_than_were_generated() -> None:
     assert tx.T1_NO_TOOL.count("<|im_start|>assistant") == 0
 
 
-def test_every_failure_status_of_the_service_counts_as_failed() -> None:
-    for status in ("error", "timeout", "memory_limit", "killed", "queue_timeout", "sandbox_error"):
+def test_every_failure_of_the_program_counts_as_failed() -> None:
+    for status in ("error", "timeout", "memory_limit", "killed", "parse_error"):
         assert is_failed(result(status)), status
     assert not is_failed(OK)
     assert {"parse_error"} <= FAILED_STATUSES
+
+
+def test_a_call_the_service_failed_is_not_the_models_tool_error() -> None:
+    # queue_timeout and sandbox_error say nothing about the program: p_err leaves them out.
+    lost = [result("queue_timeout"), result("sandbox_error")]
+    for r in lost:
+        assert not is_failed(r) and is_infrastructure_failure(r)
+    assert p_err([OK, *lost]) == 0.0
+    assert p_err([ERR, OK, *lost]) == pytest.approx(0.5)
+    assert p_err(lost) == 0.0  # the model did call the tool: not the no-call 0.5
+    assert positive_tool_error_ratio([1.0, 1.0], [[OK, lost[0]], [lost[1]]]) == 0.0
 
 
 def test_results_may_be_mappings_objects_or_enums() -> None:
