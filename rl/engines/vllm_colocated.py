@@ -119,11 +119,14 @@ class VLLMEngine:
                 for step, token in zip(completion.logprobs, token_ids, strict=True)
             ]
         reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
+        stop = completion.stop_reason
+        if reason == "stop" and stop is None and token_ids:
+            stop = token_ids[-1]  # vLLM says None when EOS ended it; the EOS is the last token
         return Generation(
             token_ids=token_ids,
             logprobs=logprobs,
             finish_reason=reason,
-            stop=completion.stop_reason,
+            stop=stop,
             text=completion.text,
         )
 

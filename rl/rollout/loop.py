@@ -4,8 +4,9 @@ One coroutine per rollout; a step runs hundreds concurrently (`rl.rollout.schedu
 sampled until `</tool_call>` or the end of the turn. A tool call goes to the sandbox the moment
 its turn stops: no rollout waits for the others' turns (the paper's "no per-turn barrier",
 §3.2). The tool response and the next turn's header are appended unsampled, with loss mask 0. A
-rollout stops on the first turn with an `<answer>` block, a turn with neither answer nor tool
-call, the turn limit, or the response-token budget (tool responses count against it, and a
+rollout stops on the first turn without a tool call (finish "answer" when it holds an
+`<answer>` block, as the release: a turn with an answer and a call still runs the call), the turn
+limit, or the response-token budget (tool responses count against it, and a
 rollout never ends on a tool response: if the response does not fit, it stops before it, as the
 release does).
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from rl.engines.base import Engine, SamplingParams
+from rl.engines.base import Engine, Generation, SamplingParams
 from rl.rollout.template import PromptTemplate
 from rl.trajectory import FinishReason, ToolRecord, Trajectory
 from trainer_client.errors import InvalidRequestError, SandboxClientError
@@ -92,6 +93,20 @@ class RolloutSettings:
             raise ValueError("max_turns and max_response_tokens must be at least 1")
         if self.tool_timeout_s <= 0:
             raise ValueError("tool_timeout_s must be positive")
+
+
+def _ended_turn(
+    generation: Generation, text: str, template: PromptTemplate, settings: RolloutSettings
+) -> bool:
+    """Whether the sampled turn already holds its end-of-turn token.
+
+    From the tokens, not only the engine's stop field: vLLM reports stop_reason None when the
+    end-of-turn token is the model's EOS, and the token is in the output all the same.
+    """
+    if generation.stop == template.turn_end or generation.stop in settings.stop_token_ids:
+        return True
+    ids = generation.token_ids
+    return (bool(ids) and ids[-1] in settings.stop_token_ids) or text.endswith(template.turn_end)
 
 
 def _has_answer(text: str) -> bool:
@@ -172,21 +187,16 @@ async def run_rollout(
         if generation.finish_reason == "length":
             finish = "max_tokens"
             break
-        if _has_answer(turn_text):
-            finish = "answer"
-            break
         calls = parse_tool_calls(turn_text)
         if not calls:
-            finish = "no_tool_call"
+            finish = "answer" if _has_answer(turn_text) else "no_tool_call"
             break
         if trajectory.num_turns >= settings.max_turns:
             finish = "max_turns"  # nothing would read the call's response
             break
         record = await execute_call(tools, calls[0], trajectory.num_turns, settings)
-        ended_turn = generation.stop in settings.stop_token_ids or generation.stop == (
-            template.turn_end
-        )
-        appended = codec.encode(template.tool_turn([record.text], close_turn=not ended_turn))
+        close_turn = not _ended_turn(generation, turn_text, template, settings)
+        appended = codec.encode(template.tool_turn([record.text], close_turn=close_turn))
         if len(trajectory.response_ids) + len(appended) >= settings.max_response_tokens:
             finish = "max_tokens"  # no room for the response and a token of reply
             break

@@ -11,6 +11,7 @@ import pytest
 import torch
 from rl_tiny import DIVISION, PRODUCT, TEMPLATE, memorise, tiny_policy
 
+from rl.data.tasks import tool_call_text
 from rl.engines.base import Engine, Generation, SamplingParams
 from rl.engines.hf import TransformersEngine
 from rl.logprobs import pad_responses, response_logprobs
@@ -222,3 +223,58 @@ async def test_scheduler_over_two_engines_of_different_capacity(
         assert t.num_turns <= s.max_turns
     assert big.peak_tokens_in_use <= big.capacity_tokens
     assert any(t.tool_results for t in done)
+
+
+class TurnsEngine:
+    """Plays the given (text, stop) turns in order, as an engine would have sampled them."""
+
+    def __init__(self, codec: HFCodec, turns: Sequence[tuple[str, str | int | None]]) -> None:
+        self.codec, self.turns = codec, list(turns)
+        self.name, self.capacity_tokens = "turns", 1 << 20
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        text, stop = self.turns.pop(0)
+        ids = self.codec.encode(text)
+        return Generation(ids, [-0.1] * len(ids), "stop", stop)
+
+
+async def play(
+    policy: tuple[Any, Any, HFCodec], tools: Any, turns: Sequence[tuple[str, str | int | None]]
+) -> Trajectory:
+    tokenizer, _, codec = policy
+    engine = TurnsEngine(codec, turns)
+    prompt = codec.encode(TEMPLATE.prompt(PRODUCT.question))
+    t = await run_rollout(engine, tools, codec, TEMPLATE, prompt, settings(tokenizer))
+    assert not engine.turns, "the rollout stopped before its last turn"
+    return t
+
+
+async def test_a_turn_with_an_answer_and_a_tool_call_still_runs_the_call(
+    policy: tuple[Any, Any, HFCodec], client: SandboxClient
+) -> None:
+    # The release stops only on a turn without a tool call; an early <answer> does not end it.
+    first = "<answer>\\boxed{1}</answer>\n" + tool_call_text("print(123 * 456)")
+    last = "<answer>\\boxed{56088}</answer><|im_end|>"
+    t = await play(policy, client, [(first, "</tool_call>"), (last, "<|im_end|>")])
+    t.check()
+    assert (t.finish_reason, t.num_turns) == ("answer", 2)
+    assert [(r.status, r.result.stdout if r.result else None) for r in t.tool_results] == [
+        ("ok", "56088\n")
+    ]
+    assert extract_answer(t.generated_text) == "56088"
+
+
+async def test_an_end_of_turn_that_is_the_eos_is_not_written_twice(
+    policy: tuple[Any, Any, HFCodec], client: SandboxClient
+) -> None:
+    # vLLM reports stop_reason None when the EOS (here <|im_end|>) ended the turn, and keeps it
+    # in the tokens: the tool turn must not close the model's turn a second time.
+    _, _, codec = policy
+    unterminated = '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}<|im_end|>'
+    last = "<answer>\\boxed{1}</answer><|im_end|>"
+    t = await play(policy, client, [(unterminated, None), (last, "<|im_end|>")])
+    (record,) = t.tool_results
+    assert record.status == "parse_error"
+    (_, b), (c, _) = t.turn_spans
+    assert codec.decode(t.response_ids[b:c]) == TEMPLATE.tool_turn([record.text], close_turn=False)
+    assert "<|im_end|>\n<|im_end|>" not in t.response_text
