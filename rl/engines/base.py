@@ -74,14 +74,6 @@ class Engine(Protocol):
         ...
 
 
-def stop_in_tail(text: str, stops: Sequence[str]) -> str | None:
-    """The stop string that text ends with, if any (longest first wins ties)."""
-    for stop in sorted(stops, key=len, reverse=True):
-        if stop and text.endswith(stop):
-            return stop
-    return None
-
-
 def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
     """(end index, stop) of the earliest stop string in text, or None."""
     best: tuple[int, str] | None = None

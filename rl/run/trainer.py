@@ -433,6 +433,7 @@ class Run:
                     minibatches=self.config.trainer.minibatches,
                     recompute_old_logprobs=self.config.trainer.recompute_old_logprobs,
                     temperature=self.config.rollout.temperature,
+                    rng=self.rng,
                 )
             self.lr_schedule.step()
             await self.sync_engines()

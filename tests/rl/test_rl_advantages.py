@@ -8,7 +8,23 @@ import random
 import pytest
 import torch
 
-from rl.advantages import batch_advantages, group_advantages
+from rl.advantages import group_advantages
+
+
+def reference(rewards: list[float], group_ids: list[int], eps: float = 1e-6) -> list[float]:
+    """Eq. 7 written out, one group at a time (VERL's singleton rule: mean 0, std 1)."""
+    out = [0.0] * len(rewards)
+    for group in set(group_ids):
+        members = [i for i, g in enumerate(group_ids) if g == group]
+        r = [rewards[i] for i in members]
+        if len(r) == 1:
+            mean, std = 0.0, 1.0
+        else:
+            mean = sum(r) / len(r)
+            std = math.sqrt(sum((x - mean) ** 2 for x in r) / (len(r) - 1))
+        for i in members:
+            out[i] = (rewards[i] - mean) / (std + eps)
+    return out
 
 
 def rewards(n_pos: int, n_neg: int) -> list[float]:
@@ -48,7 +64,7 @@ def test_equal_rewards_give_zero_and_singletons_follow_verl() -> None:
         group_advantages(torch.zeros(2, 2))
 
 
-def test_batch_matches_the_per_group_loop() -> None:
+def test_many_groups_at_once_match_the_per_group_loop() -> None:
     rng = random.Random(0)
     values: list[float] = []
     ids: list[int] = []
@@ -58,11 +74,14 @@ def test_batch_matches_the_per_group_loop() -> None:
         ids += [group] * size
     order = list(range(len(values)))
     rng.shuffle(order)  # groups interleaved, as after a shuffle of the batch
-    r = torch.tensor([values[i] for i in order], dtype=torch.float64)
-    g = torch.tensor([ids[i] for i in order])
-    got = batch_advantages(r, g)
-    expected = torch.empty_like(r)
-    for group in g.unique():
-        where = g == group
-        expected[where] = group_advantages(r[where])
-    torch.testing.assert_close(got, expected)
+    r = [values[i] for i in order]
+    g = [ids[i] for i in order]
+    got = group_advantages(torch.tensor(r, dtype=torch.float64), torch.tensor(g))
+    assert got.dtype == torch.float64
+    assert got.tolist() == pytest.approx(reference(r, g), rel=1e-9, abs=1e-12)
+    assert group_advantages(r, g).tolist() == pytest.approx(reference(r, g), rel=1e-5, abs=1e-6)
+
+
+def test_group_ids_must_match_the_rewards() -> None:
+    with pytest.raises(ValueError, match="group_ids"):
+        group_advantages([1.0, 0.0], [0])

@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 import torch
 from rl_tiny import PRODUCT, SUCCESS, TEMPLATE, examples, tiny_policy
 
 from rl.config import GRPOConfig
-from rl.grpo import final_rewards, policy_update, select_and_weigh
+from rl.grpo import final_rewards, minibatch_partition, policy_update, select_and_weigh
 from rl.logprobs import pad_responses, response_logprobs
 from rl.sft import sft_step
 from rl.trajectory import ToolRecord, Trajectory
@@ -126,3 +127,43 @@ def test_sft_steps_fit_the_demonstrations() -> None:
     for _ in range(15):
         last = sft_step(model, optimizer, data, pad_id=tokenizer.pad_token_id, micro_batch_size=3)
     assert last["loss"] < first["loss"] / 2
+
+
+def test_minibatches_hold_whole_groups_not_length_bands() -> None:
+    # Group g's rollouts have lengths g, g + 10, g + 20, g + 30: a sort by length would put
+    # every group's short rollouts in the first optimizer step and its long ones in the last.
+    groups = [g for g in range(8) for _ in range(4)]
+    parts = minibatch_partition(groups, 4, random.Random(0))
+    assert len(parts) == 4 and sorted(i for p in parts for i in p) == list(range(32))
+    for part in parts:
+        in_part = {groups[i] for i in part}
+        assert len(in_part) == 2 and sorted(part) == [i for i in range(32) if groups[i] in in_part]
+    # Shuffled: another seed deals other groups together; no rng keeps first-seen order.
+    assert minibatch_partition(groups, 4) == [list(range(k, k + 8)) for k in range(0, 32, 8)]
+    shuffled = [minibatch_partition(groups, 4, random.Random(s)) for s in range(5)]
+    assert any(p != shuffled[0] for p in shuffled)
+    assert minibatch_partition([5, 5, 9], 4) == [[0, 1], [2]]  # fewer groups than mini-batches
+
+
+def test_the_loss_is_the_mean_over_the_optimizer_steps_taken() -> None:
+    # Three groups and minibatches=4: three optimizer steps. With lr 0 the ratio stays 1, so
+    # every step's token-mean loss is -A = -1 and so is their mean.
+    tokenizer, model, codec = tiny_policy(seed=3)
+    good, bad = two_answers(codec)
+    rows = [good, bad, good]
+    trajectories = [
+        Trajectory(t.prompt_ids, t.response_ids, t.loss_mask, t.logprobs, group=g)
+        for g, t in enumerate(rows)
+    ]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    metrics = policy_update(
+        model,
+        optimizer,
+        trajectories,
+        [1.0, 1.0, 1.0],
+        GRPOConfig(),
+        pad_id=tokenizer.pad_token_id,
+        minibatches=4,
+    )
+    assert metrics["optimizer_steps"] == 3
+    assert metrics["loss"] == pytest.approx(-1.0, abs=1e-6)
