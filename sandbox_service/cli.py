@@ -64,9 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     train = sub.add_parser("train", help="GRPO-RoC training from a config file (rl extra)")
-    train.add_argument("--config", required=True, help="run configuration (TOML)")
+    source = train.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="run configuration (TOML)")
+    source.add_argument(
+        "--resume", metavar="RUN", help="run directory to go on with, from its latest checkpoint"
+    )
     train.add_argument("--run-dir", default=None, help="output directory (default runs/<name>)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    evaluate = sub.add_parser(
+        "eval", help="pass@1 of a checkpoint, averaged over k samples per problem"
+    )
+    evaluate.add_argument("--config", required=True, help="run configuration (TOML)")
+    evaluate.add_argument(
+        "--checkpoint", default=None, help="model directory (default: the config's model)"
+    )
+    evaluate.add_argument("--problems", default=None, help="problem file (default: the task's)")
+    evaluate.add_argument("--samples", type=int, default=16, help="samples per problem (k)")
+    evaluate.add_argument("--temperature", type=float, default=0.6, help="sampling temperature")
+    evaluate.add_argument("--limit", type=int, default=0, help="first N problems only (0: all)")
+    evaluate.add_argument("--out", required=True, help="directory for results.jsonl, summary")
     return parser
 
 
@@ -104,7 +120,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
         from rl.run.trainer import train_command
 
-        return train_command(args.config, run_dir=args.run_dir, progress=not args.no_progress)
+        return train_command(
+            args.config, run_dir=args.run_dir, progress=not args.no_progress, resume=args.resume
+        )
+    if args.command == "eval":
+        from rl.run.evaluate import eval_command
+
+        return eval_command(args)
     if args.command == "bench":
         from sandbox_service.bench.command import bench_command
 

@@ -148,6 +148,14 @@ class TransformersEngine:
         self._wakeup.set()
         return await request.future
 
+    def rng_state(self) -> torch.Tensor:
+        """The sampling generator's state, for a checkpoint (call between rollouts)."""
+        return self._generator.get_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        """Restore the sampling generator from rng_state() (a resumed run)."""
+        self._generator.set_state(state)
+
     async def aclose(self) -> None:
         """Stop the engine loop and its thread; waiting requests are cancelled."""
         if self._task is not None:

@@ -54,10 +54,20 @@ class ModelConfig:
 class TaskConfig:
     """The problems, and the SFT demonstrations."""
 
-    kind: Literal["arithmetic", "jsonl"] = "arithmetic"
-    """"arithmetic": generated exact multiplication problems; "jsonl": `train_file`."""
+    kind: Literal["arithmetic", "jsonl", "parquet"] = "arithmetic"
+    """"arithmetic": generated exact multiplication problems; "jsonl" or "parquet": the rows of
+    `train_file` (DAPO-Math-17k is parquet)."""
     train_file: str = ""
-    """JSON lines with "question" and "answer" (integer answers, as the recipe filters)."""
+    """The problem file (JSON lines, or parquet)."""
+    question_field: str = "question"
+    """Dotted path of the question in a row; a list of chat messages gives its last user
+    message (DAPO-Math-17k: "prompt")."""
+    answer_field: str = "answer"
+    """Dotted path of the ground truth (DAPO-Math-17k: "reward_model.ground_truth")."""
+    integer_answers_only: bool = False
+    """Keep only problems whose answer is an integer (the paper's filter, §4.1)."""
+    max_prompt_tokens: int = 0
+    """Drop problems whose rendered prompt is longer than this many tokens (0: keep all)."""
     sft_file: str = ""
     """JSON lines with "question" and "turns" (assistant turns; all but the last end in a tool
     call, whose responses are produced by running them in the sandbox)."""
@@ -154,7 +164,20 @@ class TrainerConfig:
     checkpoint_every: int = 0
     """Save every this many RL steps (0: only at the end of each stage)."""
     keep_checkpoints: int = 2
-    """Older checkpoints are deleted past this many."""
+    """Periodic (step-N) checkpoints kept, newest first; stage-end ones are always kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    """Metric sinks beside metrics.jsonl and metrics.png (rl.run.records)."""
+
+    tensorboard: bool = False
+    """Write TensorBoard event files to <run>/tensorboard (tensorboardX, in the `rl` extra)."""
+    wandb: bool = False
+    """Log a Weights & Biases run in offline mode to <run>/wandb (needs `pip install wandb`;
+    upload later with `wandb sync`)."""
+    wandb_project: str = "rl-sandbox"
+    """The W&B project the offline run belongs to."""
 
 
 StageKind = Literal["sft", "grpo"]
@@ -220,6 +243,7 @@ class TrainConfig:
     sandbox: SandboxConfig = SandboxConfig()
     rollout: RolloutConfig = RolloutConfig()
     trainer: TrainerConfig = TrainerConfig()
+    logging: LoggingConfig = LoggingConfig()
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
     def stage_grpo(self, stage: StageConfig) -> GRPOConfig:
@@ -362,8 +386,10 @@ def _check(config: TrainConfig, source: str) -> None:
         problems.append('model.path: required when model.source = "pretrained"')
     if config.model.source == "tiny" and config.model.hidden_size % config.model.num_heads:
         problems.append("model.hidden_size: must be a multiple of model.num_heads")
-    if config.task.kind == "jsonl" and not config.task.train_file:
-        problems.append('task.train_file: required when task.kind = "jsonl"')
+    if config.task.kind != "arithmetic" and not config.task.train_file:
+        problems.append(f'task.train_file: required when task.kind = "{config.task.kind}"')
+    if config.task.max_prompt_tokens < 0:
+        problems.append("task.max_prompt_tokens: must be >= 0")
     if config.task.kind == "arithmetic" and not 1 <= config.task.min_digits <= (
         config.task.max_digits
     ):

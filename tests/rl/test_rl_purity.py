@@ -23,6 +23,10 @@ EDGES = {
     "sft.py": {"trainer_client"},
     "data/tasks.py": {"trainer_client"},  # the tool's name, for demonstrations
     "run/trainer.py": {"trainer_client"},  # creates the SandboxClient
+    "run/evaluate.py": {"trainer_client"},  # creates the SandboxClient
+    "run/build.py": {"trainer_client"},  # the tool's schema, for the template
+    "run/collect.py": {"trainer_client"},  # the Executes protocol
+    "run/context.py": {"trainer_client"},  # the Executes protocol
     "engines/openai_api.py": {"httpx"},  # the OpenAI-compatible server client
     "run/local_service.py": {"sandbox_service"},  # starts the trainer's private service
     # The parent-death helper (standard library only), imported in the pool's process only:

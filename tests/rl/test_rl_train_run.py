@@ -9,7 +9,8 @@ import pytest
 
 from rl.run.local_service import LocalService
 from rl.run.train_config import config_from_dict
-from rl.run.trainer import load_tokenizer, train
+from rl.run.build import load_tokenizer
+from rl.run.trainer import train
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +38,7 @@ def test_a_toy_run_writes_metrics_checkpoints_and_plot(
             },
             "template": {"system": "Use the tool.", "user_prefix": "", "include_tools": False},
             "rollout": {"engines": [{"capacity_tokens": 4096}, {"capacity_tokens": 1024}]},
+            "trainer": {"checkpoint_every": 1, "keep_checkpoints": 1},
             "grpo": {
                 "group_size": 2,
                 "oversample": 2,
@@ -70,6 +72,12 @@ def test_a_toy_run_writes_metrics_checkpoints_and_plot(
             assert key in line
         assert set(line["engines"]) == {"transformers0", "transformers1"}
     assert len((out / "sft.jsonl").read_text().splitlines()) == 2
+    # Pruning keeps the newest periodic checkpoint and every stage's end (it deleted sft-end).
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "rl-end",
+        "sft-end",
+        "step-00002",
+    ]
     assert (out / "checkpoints" / "rl-end" / "optimizer.pt").exists()
     assert (out / "checkpoints" / "sft-end" / "config.json").exists()
     assert (out / "metrics.png").stat().st_size > 0

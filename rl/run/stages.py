@@ -1,0 +1,254 @@
+"""The stage kinds of the recipe, as functions over the run's context.
+
+`sft_stage`: token-mean NLL on demonstrations. `filter_problems`: the stage-3 difficulty filter
+(drop what the policy always solves). `grpo_stage`: GRPO-RoC steps, each `grpo_step`: rollouts,
+rewards, Resample-on-Correct, advantages, one update, metrics.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rl.config import GRPOConfig
+from rl.data.order import DrawOrder
+from rl.data.tasks import Problem
+from rl.diagnostics import step_metrics
+from rl.grpo import final_rewards, policy_update, select_and_weigh
+from rl.rollout.loop import RolloutSettings
+from rl.run.checkpoint import prune, save_checkpoint, step_tag
+from rl.run.collect import (
+    collect_rollouts,
+    engine_rng_states,
+    grade,
+    release_engine_memory,
+    sync_engines,
+)
+from rl.run.context import RunContext
+from rl.run.optim import grpo_optimizer, retarget, sft_optimizer
+from rl.run.train_config import StageConfig
+from rl.sft import render_demonstrations, sft_step
+
+
+def checkpoint(ctx: RunContext, tag: str) -> None:
+    """Save the run's state under checkpoints/<tag>; prune the stale periodic ones."""
+    root = ctx.run_dir / "checkpoints"
+    save_checkpoint(
+        root / tag,
+        model=ctx.model,
+        tokenizer=ctx.tokenizer,
+        progress=ctx.progress,
+        rng=ctx.rng,
+        optimizer=ctx.optimizer,
+        schedule=ctx.schedule,
+        warmup_steps=ctx.warmup_steps,
+        engine_rng=engine_rng_states(ctx.engines),
+    )
+    prune(root, ctx.config.trainer.keep_checkpoints)
+
+
+async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
+    """Token-mean NLL on demonstrations, warm-up then cosine decay (run whole: no mid-stage
+    checkpoint)."""
+    if not ctx.demos:
+        raise ValueError(f"stage {stage.name}: an SFT stage needs demonstrations (sft_file)")
+    started = time.monotonic()
+    grpo = ctx.config.grpo
+    examples = await render_demonstrations(
+        ctx.demos, ctx.template, ctx.codec, ctx.tools, ctx.rollout_settings(grpo)
+    )
+    warmup = stage.warmup_steps if stage.warmup_steps is not None else -(-stage.steps // 25)
+    optimizer, schedule = sft_optimizer(
+        ctx.model,
+        lr=stage.learning_rate or grpo.learning_rate,
+        weight_decay=grpo.weight_decay,
+        warmup=warmup,
+        total=stage.steps,
+    )
+    order = DrawOrder(len(examples), ctx.config.seed, stage.name)
+    bar = ctx.records.bar(stage.steps, f"{stage.name} ({stage.kind})")
+    for step in range(1, stage.steps + 1):
+        batch = [examples[i] for i in order.take(stage.batch_size)]
+        with ctx.autocast():
+            m = sft_step(
+                ctx.model,
+                optimizer,
+                batch,
+                pad_id=ctx.pad_id,
+                micro_batch_size=ctx.config.trainer.micro_batch_size,
+                grad_clip=grpo.grad_clip,
+            )
+        line = {"stage": stage.name, "step": step, "lr": schedule.get_last_lr()[0], **m}
+        line["time_s"] = time.monotonic() - started
+        schedule.step()
+        ctx.records.sft_step(line)
+        ctx.progress.stage_step = step
+        bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_accuracy']:.3f}")
+        bar.update(1)
+    bar.close()
+
+
+def problems_to_check(n: int, cap: int, rng: random.Random) -> list[int]:
+    """Which of n problems the filter samples: all, or `cap` of them drawn at random."""
+    if not cap or cap >= n:
+        return list(range(n))
+    return sorted(rng.sample(range(n), cap))
+
+
+def after_filter(n: int, checked: Sequence[int], solved: Sequence[bool]) -> list[int]:
+    """The problems a stage trains on: every one but the checked ones always solved."""
+    dropped = {i for i, s in zip(checked, solved, strict=True) if s}
+    return [i for i in range(n) if i not in dropped]
+
+
+async def filter_problems(ctx: RunContext, stage: StageConfig) -> list[int]:
+    """Indices of the stage's problems less those the policy solves in every one of n samples."""
+    n = len(ctx.problems)
+    if stage.drop_solved_samples == 0:
+        return list(range(n))
+    rng = random.Random(f"{ctx.config.seed}:{stage.name}:filter")
+    checked = problems_to_check(n, stage.filter_max_problems, rng)
+    grpo = ctx.config.stage_grpo(stage)
+    trajectories = await collect_rollouts(
+        ctx.scheduler,
+        ctx.tools,
+        ctx.codec,
+        ctx.template,
+        [ctx.problems[i] for i in checked],
+        stage.drop_solved_samples,
+        ctx.rollout_settings(grpo),
+    )
+    truths = [ctx.problems[checked[t.group]].answer for t in trajectories]
+    correct = grade(
+        ctx.verifier, trajectories, truths, fallback_to_last_boxed=grpo.fallback_to_last_boxed
+    )
+    rewards = final_rewards(trajectories, correct)
+    solved = [True] * len(checked)
+    for t, r in zip(trajectories, rewards, strict=True):
+        solved[t.group] = solved[t.group] and r > 0
+    kept = after_filter(n, checked, solved)
+    print(f"[{stage.name}] filter: {n - len(kept)} of {len(checked)} checked always solved")
+    if not kept:
+        raise RuntimeError(f"stage {stage.name}: the filter dropped every problem")
+    return kept
+
+
+def start_grpo_optimizer(ctx: RunContext, grpo: GRPOConfig, stage: StageConfig) -> None:
+    """A fresh optimizer at the first GRPO stage (or on reset_optimizer), else a new base rate."""
+    if ctx.optimizer is None or ctx.schedule is None or stage.reset_optimizer:
+        ctx.optimizer, ctx.schedule = grpo_optimizer(
+            ctx.model,
+            lr=grpo.learning_rate,
+            weight_decay=grpo.weight_decay,
+            warmup=grpo.warmup_steps,
+        )
+        ctx.warmup_steps = grpo.warmup_steps
+    else:
+        retarget(ctx.optimizer, ctx.schedule, grpo.learning_rate)
+
+
+async def grpo_stage(ctx: RunContext, stage: StageConfig, *, resumed: bool) -> None:
+    """GRPO-RoC steps from where the stage stands (step 0, or a resumed checkpoint's)."""
+    grpo = ctx.config.stage_grpo(stage)
+    progress = ctx.progress
+    if not resumed:
+        start_grpo_optimizer(ctx, grpo, stage)
+        progress.problems = await filter_problems(ctx, stage)
+        progress.order = {}
+    assert progress.problems is not None
+    problems = [ctx.problems[i] for i in progress.problems]
+    order = DrawOrder(len(problems), ctx.config.seed, stage.name, **progress.order)
+    settings = ctx.rollout_settings(grpo)
+    bar = ctx.records.bar(stage.steps, f"{stage.name} ({stage.kind})", progress.stage_step)
+    every = ctx.config.trainer.checkpoint_every
+    while progress.stage_step < stage.steps:
+        batch = [problems[i] for i in order.take(grpo.prompts_per_step)]
+        progress.global_step += 1
+        progress.stage_step += 1
+        progress.order = order.position()
+        line = await grpo_step(ctx, batch, grpo, settings)
+        head = {
+            "step": progress.global_step,
+            "stage": stage.name,
+            "stage_step": progress.stage_step,
+        }
+        ctx.records.rl_step({**head, **line})
+        bar.set_postfix(
+            reward=f"{line['reward_mean']:.2f}", tool_err=f"{line['tool_error_ratio']:.2f}"
+        )
+        bar.update(1)
+        if every and progress.global_step % every == 0:
+            checkpoint(ctx, step_tag(progress.global_step))
+    bar.close()
+
+
+async def grpo_step(
+    ctx: RunContext, batch: Sequence[Problem], grpo: GRPOConfig, settings: RolloutSettings
+) -> dict[str, Any]:
+    """One RL step on a batch of problems; its metrics line (without the step counters)."""
+    assert ctx.optimizer is not None and ctx.schedule is not None
+    t0 = time.monotonic()
+    ctx.model.eval()
+    trajectories = await collect_rollouts(
+        ctx.scheduler,
+        ctx.tools,
+        ctx.codec,
+        ctx.template,
+        batch,
+        grpo.rollouts_per_prompt,
+        settings,
+    )
+    t1 = time.monotonic()
+    truths = [batch[t.group].answer for t in trajectories]
+    correct = grade(
+        ctx.verifier, trajectories, truths, fallback_to_last_boxed=grpo.fallback_to_last_boxed
+    )
+    rewards = final_rewards(trajectories, correct)
+    selection = select_and_weigh(trajectories, rewards, grpo, ctx.rng)
+    t2 = time.monotonic()
+    lr = ctx.schedule.get_last_lr()[0]
+    update: dict[str, float] = {}
+    if selection.kept:
+        await release_engine_memory(ctx.engines)
+        with ctx.autocast():
+            update = policy_update(
+                ctx.model,
+                ctx.optimizer,
+                [trajectories[i] for i in selection.kept],
+                selection.advantages,
+                grpo,
+                pad_id=ctx.pad_id,
+                micro_batch_size=ctx.config.trainer.micro_batch_size,
+                minibatches=ctx.config.trainer.minibatches,
+                recompute_old_logprobs=ctx.config.trainer.recompute_old_logprobs,
+                temperature=ctx.config.rollout.temperature,
+                rng=ctx.rng,
+            )
+        ctx.schedule.step()
+        await sync_engines(ctx.engines, ctx.model)
+    t3 = time.monotonic()
+    step = ctx.progress.global_step
+    for t, r in list(zip(trajectories, rewards, strict=True))[:: grpo.rollouts_per_prompt][:2]:
+        sample = {"step": step, "reward": r, "finish": t.finish_reason}
+        ctx.records.sample({**sample, "response": t.response_text})
+    line = step_metrics(trajectories, correct, rewards)
+    line.update(
+        {
+            "roc_groups": selection.groups,
+            "roc_dropped_groups": selection.dropped_groups,
+            "roc_kept": len(selection.kept),
+            "roc_kept_pos": selection.kept_pos,
+            "roc_kept_neg": selection.kept_neg,
+            "skipped_update": not selection.kept,
+            "lr": lr,
+            **update,
+            "time_rollout_s": t1 - t0,
+            "time_reward_s": t2 - t1,
+            "time_update_s": t3 - t2,
+            "time_step_s": t3 - t0,
+            "engines": ctx.scheduler.last_report.as_dict(),
+        }
+    )
+    return line
