@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import random
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from rl.run.local_service import LocalService
-from rl.run.train_config import config_from_dict
 from rl.run.build import load_tokenizer
-from rl.run.trainer import train
+from rl.run.evaluate import EvalSettings, evaluate
+from rl.run.local_service import LocalService
+from rl.run.train_config import TrainConfig, config_from_dict
+from rl.run.trainer import train, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -89,3 +95,133 @@ def test_a_toy_run_writes_metrics_checkpoints_and_plot(
     reloaded = load_tokenizer(str(out / "checkpoints" / "rl-end"), AutoTokenizer)
     original = load_tokenizer(str(out / "tokenizer"), AutoTokenizer)
     assert reloaded.encode(text) == original.encode(text)
+    # rl-sandbox eval on the final checkpoint: k samples of each problem, one line per problem.
+    summary = evaluate(
+        config,
+        tmp_path / "eval",
+        EvalSettings(samples=3, temperature=0.6, limit=4),
+        checkpoint=str(out / "checkpoints" / "rl-end"),
+    )
+    results = read_lines(tmp_path / "eval" / "results.jsonl")
+    assert [r["index"] for r in results] == [0, 1, 2, 3]
+    assert all(len(r["correct"]) == 3 and set(r["correct"]) <= {0.0, 1.0} for r in results)
+    assert summary["pass@1"] == pytest.approx(sum(r["pass@1"] for r in results) / 4)
+    assert (summary["problems"], summary["samples_per_problem"]) == (4, 3)
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text()) == summary
+
+
+def test_the_cli_offers_train_resume_and_eval(capsys: pytest.CaptureFixture[str]) -> None:
+    from sandbox_service.cli import main
+
+    for argv in (["train", "--help"], ["eval", "--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--resume RUN" in out and "--samples" in out and "--temperature" in out
+
+
+# Nothing listens on the discard port: a tool call would come back as a sandbox_error record.
+NO_SANDBOX = "http://127.0.0.1:9"
+
+
+def resume_config(tmp_path: Path) -> TrainConfig:
+    # One turn per rollout and no tool in the demonstrations: no tool call is run, so every
+    # rollout of a step is prefilled in one cohort and the run is a function of its seeds (tool
+    # latencies would reshape the cohorts). So no sandbox either.
+    rng = random.Random(0)
+    problems, demos = tmp_path / "problems.jsonl", tmp_path / "demos.jsonl"
+    numbers = [rng.randrange(10, 100) for _ in range(40)]
+    problems.write_text(
+        "".join(json.dumps({"question": f"Is {n} odd?", "answer": n % 2}) + "\n" for n in numbers)
+    )
+    turns = [
+        f"I know this one.</reason><answer>\\boxed{{{rng.randrange(2)}}}</answer>" for _ in numbers
+    ]
+    demos.write_text(
+        "".join(
+            json.dumps({"question": f"Is {n} odd?", "turns": [t]}) + "\n"
+            for n, t in zip(numbers, turns, strict=True)
+        )
+    )
+    return config_from_dict(
+        {
+            "name": "resume",
+            "device": "cpu",
+            "plot": False,
+            "sandbox": {"url": NO_SANDBOX},
+            "model": {
+                "hidden_size": 64,
+                "num_layers": 2,
+                "num_heads": 2,
+                "intermediate_size": 128,
+                "vocab_size": 400,
+            },
+            # Parities answered directly, with demonstrations that answer 0 or 1 at random: the
+            # policy guesses, so groups hold both rewards and the steps do update.
+            "task": {"kind": "jsonl", "train_file": str(problems), "sft_file": str(demos)},
+            "template": {"system": "Use the tool.", "user_prefix": "", "include_tools": False},
+            "rollout": {"engines": [{"capacity_tokens": 8192}]},
+            "trainer": {"checkpoint_every": 1, "keep_checkpoints": 10, "minibatches": 2},
+            "grpo": {
+                "group_size": 2,
+                "oversample": 2,
+                "min_pos": 0,
+                "min_neg": 0,
+                "prompts_per_step": 3,
+                "max_turns": 1,
+                "max_response_tokens": 40,
+                "verify_workers": 1,
+                "learning_rate": 1e-3,
+            },
+            "stages": [
+                {"name": "sft", "kind": "sft", "steps": 60, "batch_size": 8, "learning_rate": 1e-2},
+                {"name": "rl", "kind": "grpo", "steps": 4, "warmup_steps": 3},
+            ],
+        }
+    )
+
+
+def comparable(line: dict[str, Any]) -> dict[str, Any]:
+    """A metrics line less what depends on the clock."""
+    return {k: v for k, v in line.items() if not k.startswith("time_") and k not in ("engines",)}
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_a_resumed_run_goes_on_exactly_as_the_uninterrupted_one(tmp_path: Path) -> None:
+    config = resume_config(tmp_path)
+    whole = train(config, run_dir=tmp_path / "whole", progress=False, config_text="# r\n")
+    # Interrupted after RL step 2: its later checkpoints never written, step 3's line written.
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    for tag in ("step-00003", "step-00004", "rl-end"):
+        shutil.rmtree(cut / "checkpoints" / tag)
+    kept = read_lines(cut / "metrics.jsonl")[:3]
+    (cut / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in kept))
+    train(config, run_dir=cut, progress=False, resume=True)
+
+    a, b = read_lines(whole / "metrics.jsonl"), read_lines(cut / "metrics.jsonl")
+    assert [x["step"] for x in b] == [1, 2, 3, 4]
+    assert [comparable(x) for x in a] == [comparable(x) for x in b]
+    assert sum(not x["skipped_update"] for x in a[2:]) >= 1, a  # the resumed steps update
+    assert all(x["tool_calls_per_rollout"] == 0 for x in a)
+    assert read_lines(whole / "sft.jsonl") == read_lines(cut / "sft.jsonl")
+    for tag in ("step-00003", "rl-end"):
+        mine = load_file(cut / "checkpoints" / tag / "model.safetensors")
+        theirs = load_file(whole / "checkpoints" / tag / "model.safetensors")
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), tag
+        assert json.loads((cut / "checkpoints" / tag / "state.json").read_text()) == json.loads(
+            (whole / "checkpoints" / tag / "state.json").read_text()
+        )
+
+
+def test_resume_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.toml").write_text(
+        'name = "x"\n[[stages]]\nname = "rl"\nkind = "grpo"\n'
+    )
+    assert train_command(None, resume=str(tmp_path / "empty"), progress=False) == 2
