@@ -6,8 +6,9 @@ product by a modulus: easy with the Python tool, out of reach for a small model 
 read stdout, answer) or answer at once. The remainder keeps the number the model must copy from
 the tool's stdout short: a two-layer model learns to copy one or two tokens from a tool response
 in a few hundred steps, a seven-digit product takes it far longer (measured; docs/rl.md).
-Real datasets come as JSON lines with "question" and "answer". Pure: the tool responses of
-demonstrations are produced later, by running their calls.
+Real problem files are read by `rl.data.datasets`; demonstrations come as JSON lines with
+"question" and "turns". Pure: the tool responses of demonstrations are produced later, by
+running their calls.
 """
 
 from __future__ import annotations
@@ -94,22 +95,6 @@ def arithmetic_demonstrations(
     """One demonstration per problem; a tool_fraction share of them uses the tool."""
     rng = random.Random(seed)
     return [arithmetic_demonstration(p, use_tool=rng.random() < tool_fraction) for p in problems]
-
-
-def load_problems(path: str | Path) -> list[Problem]:
-    """JSON lines with "question" and "answer" (an answer may be a number)."""
-    problems = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            problems.append(Problem(str(row["question"]), str(row["answer"])))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: need an object with question and answer") from exc
-    if not problems:
-        raise ValueError(f"{path}: no problems")
-    return problems
 
 
 def load_demonstrations(path: str | Path) -> list[Demonstration]:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from rl.data.datasets import load_problem_file
 from rl.data.tasks import (
     arithmetic_code,
     arithmetic_demonstration,
     arithmetic_problems,
     load_demonstrations,
-    load_problems,
 )
 from rl.rollout.loop import RolloutSettings
 from rl.rollout.template import PromptTemplate
@@ -46,11 +46,11 @@ def test_tool_demonstration_calls_the_python_tool_then_answers() -> None:
 def test_loaders_name_the_bad_line(tmp_path: Path) -> None:
     good = tmp_path / "p.jsonl"
     good.write_text(json.dumps({"question": "1+1?", "answer": 2}) + "\n\n")
-    assert load_problems(good)[0].answer == "2"
+    assert load_problem_file(good, "jsonl")[0][0].answer == "2"
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "q"}) + "\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl:1"):
-        load_problems(bad)
+        load_problem_file(bad, "jsonl")
     demos = tmp_path / "d.jsonl"
     demos.write_text(json.dumps({"question": "q", "turns": ["a"]}) + "\n")
     assert load_demonstrations(demos)[0].turns == ("a",)
