@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     """Worker processes per host, each owning one executor slot."""
     executor_mode: ExecutorMode = "warm"
     """`warm`: fork from a preloaded jailed zygote; `cold`: a fresh nsjail per execution."""
+    jail_start_timeout_s: float = Field(120.0, gt=0)
+    """A jail whose zygote is not ready (preload included) this long after nsjail started has
+    failed. The preload takes about a second here; emulated hosts (the cgroup v2 test guest) need
+    minutes."""
     zygote_max_runs: int = Field(1000, ge=1)
     """A warm zygote is recycled after this many executions (and after any anomaly)."""
     idle_warm_up: Literal["auto", "always", "never"] = "auto"

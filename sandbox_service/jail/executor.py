@@ -86,6 +86,7 @@ def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout
         preload=mode == "warm",
         once=mode == "cold",
         idle_warm_up=settings.idle_warm_up if mode == "warm" else "never",
+        start_timeout_s=settings.jail_start_timeout_s,
         time_limit_s=0 if mode == "warm" else int(settings.max_timeout) + 30,
     )
 

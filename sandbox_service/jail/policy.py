@@ -89,6 +89,8 @@ class JailLayout:
     """Session mode: one persistent interpreter runs every cell (notebook semantics)."""
     idle_warm_up: str = "never"
     """Warm mode: when to warm a second standby while the slot is idle (auto, always, never)."""
+    start_timeout_s: float = 120.0
+    """How long the zygote may take to start (its preload included) before the jail failed."""
 
 
 def _system_mounts() -> list[MountPt]:

@@ -118,8 +118,10 @@ class ZygoteJail:
         self.preload_s = 0.0
         self.immortal_objects = 0
 
-    def start(self, timeout_s: float = 120.0) -> None:
-        """Start nsjail and wait for the zygote's `ready`; JailFailure if it does not come."""
+    def start(self, timeout_s: float | None = None) -> None:
+        """Start nsjail and wait for the zygote's `ready` (default: the layout's start timeout);
+        JailFailure if it does not come."""
+        timeout_s = self._layout.start_timeout_s if timeout_s is None else timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         layout = replace(self._layout, control_fd=theirs.fileno())
         with tempfile.NamedTemporaryFile("w", prefix="rl-sandbox-", suffix=".cfg") as cfg:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -30,6 +31,9 @@ def rl_sandbox() -> str:
 
 def test_up_serves_print_and_sympy(tmp_path: Path, hierarchy: str) -> None:
     env = stack_env("unused", "cg2", 63300, workers=1, cgroup_parent=PARENT)
+    # The guest's own start timeout for jails (make test-cgroup2 sets it), which stack_env drops.
+    if start_timeout := os.environ.get("RL_SANDBOX_JAIL_START_TIMEOUT_S"):
+        env["RL_SANDBOX_JAIL_START_TIMEOUT_S"] = start_timeout
     del env["RL_SANDBOX_REDIS_URL"]  # `up` starts its own Redis
     port = procs.free_port()
     log = tmp_path / "up.log"
@@ -39,14 +43,18 @@ def test_up_serves_print_and_sympy(tmp_path: Path, hierarchy: str) -> None:
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
     try:
         try:
             procs.wait_ready(url, READY_TIMEOUT_S, up)
         except procs.NotReady as exc:
             raise AssertionError(f"{exc}:\n{tail(log)}") from exc
+        seconds["ready"] = time.monotonic() - started
         with httpx.Client(base_url=url, timeout=CALL_TIMEOUT_S) as client:
             printed = client.post("/execute", json={"code": "print(6 * 7)"}).json()
             assert (printed["status"], printed["stdout"]) == ("ok", "42\n"), printed
+            seconds["print"] = time.monotonic() - started - sum(seconds.values())
             solved = client.post(
                 "/execute",
                 json={
@@ -54,6 +62,7 @@ def test_up_serves_print_and_sympy(tmp_path: Path, hierarchy: str) -> None:
                 },
             ).json()
             assert (solved["status"], solved["stdout"]) == ("ok", "[-2, 2]\n"), solved
+            seconds["sympy"] = time.monotonic() - started - sum(seconds.values())
         slots = [p for p in (cgroup_dirs(hierarchy)[0]).iterdir() if p.is_dir()]
         assert slots, "no slot cgroup under the service's parent"
         if hierarchy == "v2":
@@ -61,6 +70,8 @@ def test_up_serves_print_and_sympy(tmp_path: Path, hierarchy: str) -> None:
             assert {"memory", "pids", "cpu"} <= set(delegated)
         os.kill(up.pid, signal.SIGTERM)
         assert up.wait(timeout=CALL_TIMEOUT_S) == 0, tail(log)
+        seconds["stop"] = time.monotonic() - started - sum(seconds.values())
+        print("rl-sandbox up, seconds:", {k: round(v, 1) for k, v in seconds.items()})
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)

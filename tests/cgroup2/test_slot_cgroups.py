@@ -7,10 +7,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from sandbox_service.jail.cgroups import CGROUP_ROOT, SlotCgroups, is_v2
+from sandbox_service.jail.cgroups import CGROUP_ROOT, CgroupUnavailable, SlotCgroups, is_v2
 
 PARENT = "rl-sandbox-cg2test"
 
@@ -93,3 +94,18 @@ def test_pids_limit_refuses_a_fork(slot: SlotCgroups) -> None:
     started, errno_seen = out.split()
     # max_processes 4 and +1 for the (absent) zygote: the parent plus 4 children fit.
     assert (int(started), int(errno_seen)) == (4, 11)
+
+
+def test_a_parent_that_holds_processes_is_refused_with_the_fix(hierarchy: str) -> None:
+    if hierarchy != "v2":
+        pytest.skip("the no-internal-processes rule is cgroup v2's")
+    # This test's own cgroup holds processes (this one): it cannot delegate controllers.
+    own = Path("/proc/self/cgroup").read_text().strip().split("::", 1)[1].lstrip("/")
+    if not own:
+        pytest.skip("running in the root cgroup, which the rule exempts")
+    with pytest.raises(CgroupUnavailable) as refused:
+        SlotCgroups(own, f"probe-{os.getpid()}").create()
+    message = str(refused.value)
+    assert "holds processes" in message and "no-internal-processes" in message, message
+    assert "RL_SANDBOX_CGROUP_PARENT" in message, message
+    assert not (CGROUP_ROOT / own / f"probe-{os.getpid()}").exists()
