@@ -23,7 +23,7 @@ from typing import Any
 from locust import FastHttpUser, between, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mix import Program, pick
+from mix import Program, pick  # type: ignore[import-not-found,unused-ignore]
 
 BATCH_SIZE = 8
 

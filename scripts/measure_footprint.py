@@ -36,7 +36,10 @@ def redis_footprint(jobs: int) -> dict[str, float]:
         client = redis.Redis.from_url(server.url)
         queue = jobqueue.JobQueue(client, "footprint", result_ttl_s=300)
         script = client.register_script(jobqueue.ADMIT_SCRIPT)
-        used = lambda: int(client.info("memory")["used_memory"])  # noqa: E731
+
+        def used() -> int:
+            return int(client.info("memory")["used_memory"])
+
         before = used()
         now = time.time()
         for start in range(0, jobs, 500):
@@ -45,7 +48,7 @@ def redis_footprint(jobs: int) -> dict[str, float]:
                 payload = JobPayload(code=f"print({i})", request_id=uuid.uuid4().hex,
                                      reply_to="footprint:reply:x", admitted_at=now,
                                      start_by=now + 60)  # fmt: skip
-                group.append(jobqueue.NewJob(uuid.uuid4().hex, payload.to_wire(), 25.0))
+                group.append(jobqueue.NewJob(uuid.uuid4().hex, payload, 25.0))
             script_keys, argv = queue.admission([group], 10**9)
             script(keys=script_keys, args=argv)
         queued = used()

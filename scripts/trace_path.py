@@ -73,7 +73,7 @@ def wrap(owner: Any, name: str, before: Any = None, after: Any = None) -> None:
 
 
 def patch_api() -> None:
-    from sandbox_service.api.app import awaiting, edge
+    from sandbox_service.api import awaiting, edge
     from sandbox_service.broker import jobqueue
 
     original_call = edge.Edge.__call__
@@ -121,7 +121,7 @@ def patch_worker() -> None:
 
     from sandbox_service.broker import jobqueue
     from sandbox_service.jail import executor
-    from sandbox_service.worker.main import main as worker
+    from sandbox_service.worker import main as worker
 
     def dequeued(result: Any, *args: Any) -> None:
         if result is not None:
@@ -301,7 +301,7 @@ def main() -> int:
         patch_api()
         code = serve(settings, "127.0.0.1", args.port)
     else:
-        from sandbox_service.worker.main import main as worker
+        from sandbox_service.worker import main as worker
 
         patch_worker()
         code = worker.run(settings, 0)

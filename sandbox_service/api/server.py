@@ -47,5 +47,5 @@ def serve(settings: Settings, host: str, port: int) -> int:
     # before it: make that one a no-op, so that a drained shutdown exits 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)
-    _DrainingServer(config, app.state.dispatcher).run()
+    _DrainingServer(config, app.state.context.dispatcher).run()
     return 0

@@ -1,0 +1,100 @@
+"""`POST /execute`, `POST /execute/batch` and `DELETE /sessions/{id}`: the API's own routes."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from sandbox_service.api.context import ApiContext, context, to_payload
+from sandbox_service.api.validation import check_batch, check_request
+from sandbox_service.logs import request_id_var
+from sandbox_service.models import BatchRequest, BatchResponse, ExecuteRequest, ExecuteResult
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or wrong API key (when the server has one)"},
+    413: {"description": "Body larger than the server's max_body_bytes"},
+    422: {"description": "Invalid request; `detail[].loc` names the field (and batch index)"},
+    429: {"description": "Queue full; nothing was run. Retry after `Retry-After` seconds"},
+    503: {"description": "Redis unreachable, no worker, or shutting down; `detail` says which"},
+}
+BODY_MODELS: tuple[type[BaseModel], ...] = (ExecuteRequest, BatchRequest)
+"""Request bodies these routes parse themselves (create_app adds them to the OpenAPI document)."""
+
+router = APIRouter()
+Context = Annotated[ApiContext, Depends(context)]
+
+
+def parse_body[ModelT: BaseModel](model: type[ModelT], body: bytes) -> ModelT:
+    """The request model parsed from raw JSON, or 422 errors located under `body`."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+# The execute endpoints read their body themselves: pydantic's JSON parser straight from bytes
+# costs a fraction of FastAPI's body handling (json.loads, then validation of Python objects),
+# and these are the hot path. So their request schemas are added to the OpenAPI document.
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+@router.post(
+    "/execute",
+    response_model=ExecuteResult,
+    responses=ERRORS,
+    openapi_extra=_json_body(ExecuteRequest),
+)
+async def execute(http_request: Request, ctx: Context) -> Response:
+    """Run one program; its failure is a 200 with a status."""
+    request = parse_body(ExecuteRequest, await http_request.body())
+    problems = check_request(request, ctx.settings, ("body",))
+    if problems:
+        raise RequestValidationError(problems)
+    (result,) = await ctx.run([to_payload(request)], "/execute")
+    return Response(json.dumps(result), media_type="application/json")
+
+
+@router.post(
+    "/execute/batch",
+    response_model=BatchResponse,
+    responses=ERRORS,
+    openapi_extra=_json_body(BatchRequest),
+)
+async def execute_batch(http_request: Request, ctx: Context) -> Response:
+    """Run several programs in parallel across workers; results come back in request order."""
+    batch = parse_body(BatchRequest, await http_request.body())
+    problems = check_batch(batch, ctx.settings)
+    if problems:
+        raise RequestValidationError(problems)
+    results = await ctx.run([to_payload(r) for r in batch.requests], "/execute/batch")
+    return Response(json.dumps({"results": results}), media_type="application/json")
+
+
+@router.delete(
+    "/sessions/{session_id}",
+    status_code=204,
+    responses={
+        404: {"description": "No such session (never created, ended, or expired)"},
+        **{code: ERRORS[code] for code in (401, 429, 503)},
+    },
+)
+async def end_session(
+    session_id: Annotated[str, PathParam(min_length=1, max_length=256)], ctx: Context
+) -> Response:
+    """End a session: its interpreter is freed and its recorded cells forgotten.
+
+    Cells of the session admitted earlier run first. A later cell with the same id starts
+    a new, empty session.
+    """
+    if not await ctx.dispatcher.end_session(session_id, request_id_var.get()):
+        return JSONResponse({"detail": f"no session {session_id!r}"}, status_code=404)
+    return Response(status_code=204)
