@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from sandbox_service import keys
+from sandbox_service.api.watchdog_rules import Action, decide, next_check_every
 from sandbox_service.broker.jobqueue import JobQueue, JobState, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.execution import Status
@@ -41,10 +42,6 @@ RunSync = Callable[..., Awaitable[Any]]
 
 Route = Callable[[Sequence[NewJob]], list[NewJob]]
 """Sets each job's queue (session work: its owner's own queue); blocking, run via RunSync."""
-
-WITHDRAW_GRACE_S = 0.5
-"""A queued job is withdrawn this long after its start-by time (workers answer it themselves
-when they dequeue it in between)."""
 
 
 @dataclass(slots=True)
@@ -234,25 +231,37 @@ class Awaiter:
         now_m, now = time.monotonic(), time.time()
         withdraw: list[str] = []
         withdraw_from: list[str] = []
-        lost: list[str] = []
+        retry: list[str] = []
+        fail: list[str] = []
         stranded: list[JobState] = []
         stranded_ids: list[str] = []
         for job_id, state in zip(job_ids, states, strict=True):
             pending = self.outstanding.jobs.get(job_id)
             if pending is None:
                 continue  # resolved by the listener meanwhile
-            if state.kind == "done" and state.result is not None:
+            action = decide(
+                state.kind,
+                state.result is not None,
+                now,
+                pending.payload.start_by,
+                pending.payload.attempt,
+                self._settings.lost_job_retries,
+            )
+            if action is Action.DELIVER:
+                assert state.result is not None
                 self.outstanding.resolve(job_id, state.result)
                 continue
-            if state.kind == "queued" and now > pending.payload.start_by + WITHDRAW_GRACE_S:
+            if action is Action.WITHDRAW:
                 withdraw.append(job_id)
                 withdraw_from.append(state.queue)
-            elif state.kind == "lost":
-                lost.append(job_id)
-            elif state.kind == "stranded":
+            elif action is Action.RETRY:
+                retry.append(job_id)
+            elif action is Action.FAIL:
+                fail.append(job_id)
+            elif action is Action.REROUTE:
                 stranded_ids.append(job_id)
                 stranded.append(state)
-            pending.check_every = min(pending.check_every * 2, self._max_check_every)
+            pending.check_every = next_check_every(pending.check_every, self._max_check_every)
             pending.next_check = now_m + pending.check_every
         if withdraw:
             removed = await self._run_sync(self._job_queue.withdraw, withdraw, withdraw_from)
@@ -261,8 +270,12 @@ class Awaiter:
                     self._answer(
                         job_id, Status.QUEUE_TIMEOUT, "not started within the queue deadline"
                     )
-        if lost:
-            await self._retry_or_fail(lost, now)
+        if fail:
+            await self._run_sync(self._job_queue.forget, fail)
+            for job_id in fail:
+                self._answer(job_id, Status.SANDBOX_ERROR, "the worker running this job was lost")
+        if retry:
+            await self._retry(retry, now)
         if stranded_ids:
             await self._reroute(stranded_ids, [state.queue for state in stranded])
 
@@ -287,17 +300,13 @@ class Awaiter:
         if moved:
             await self._run_sync(self._job_queue.enqueue, await self._run_sync(self._route, moved))
 
-    async def _retry_or_fail(self, job_ids: Sequence[str], now: float) -> None:
+    async def _retry(self, job_ids: Sequence[str], now: float) -> None:
         await self._run_sync(self._job_queue.forget, job_ids)
         retries: list[tuple[str, str, Pending]] = []
         for job_id in job_ids:
             pending = self.outstanding.jobs.get(job_id)
-            if pending is None:
-                continue
-            if pending.payload.attempt > self._settings.lost_job_retries:
-                self._answer(job_id, Status.SANDBOX_ERROR, "the worker running this job was lost")
-                continue
-            retries.append((job_id, uuid.uuid4().hex, pending))
+            if pending is not None:
+                retries.append((job_id, uuid.uuid4().hex, pending))
         if not retries:
             return
         new_jobs: list[NewJob] = []

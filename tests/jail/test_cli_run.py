@@ -12,7 +12,7 @@ import pytest
 FIELDS = {
     "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
     "stderr_truncated", "wall_time", "cpu_time", "peak_memory_mb", "queue_time", "files",
-    "restored",
+    "restored", "display", "error",
 }  # fmt: skip
 
 
