@@ -15,6 +15,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from sandbox_service.execution import Limits
+
 ExecutorMode = Literal["warm", "cold"]
 
 ENV_PREFIX = "RL_SANDBOX_"
@@ -213,6 +215,18 @@ class Settings(BaseSettings):
                 "client_response_margin_s together"
             )
         return self
+
+    def limits(self, timeout_s: float = 10.0, memory_mb: int = 1024) -> Limits:
+        """The limits of one execution on this host: the request's time and memory, the host's
+        caps for the rest."""
+        return Limits(
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_processes=self.default_max_processes,
+            max_output_bytes=self.max_output_bytes,
+            max_file_size_mb=self.max_file_size_mb,
+            max_open_files=self.max_open_files,
+        )
 
     def job_timeout_s(self, program_timeout_s: float) -> float:
         """How long a worker may hold one job: the program's limit plus jail start and teardown."""

@@ -1,10 +1,12 @@
 """Turn a raw process outcome into an API status: a pure function over a rule table.
 
+A jail that fails (no zygote answer, a setup failure) never reaches here: the executor replaces it
+and retries, then answers sandbox_error itself (jail/executor.py).
+
 The rules, first match wins:
 
 | condition                                                | status          |
 |----------------------------------------------------------|-----------------|
-| the jail itself failed (no zygote answer, setup failure) | sandbox_error   |
 | the wall-clock limit was reached                         | timeout         |
 | the cgroup's OOM killer struck, and the exit was not 0   | memory_limit    |
 | ended by SIGXCPU (the CPU-time limit)                    | timeout         |
@@ -31,7 +33,6 @@ class RawOutcome:
     timed_out: bool
     oom_killed: bool
     stderr_tail: str = ""
-    jail_failed: bool = False
 
 
 def _died_of_memory_error(stderr_tail: str) -> bool:
@@ -41,8 +42,6 @@ def _died_of_memory_error(stderr_tail: str) -> bool:
 
 def classify(raw: RawOutcome) -> Status:
     """The status of one execution (see the table at the top of this module)."""
-    if raw.jail_failed:
-        return Status.SANDBOX_ERROR
     if raw.timed_out:
         return Status.TIMEOUT
     if raw.oom_killed and raw.exit_code != 0:

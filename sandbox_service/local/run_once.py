@@ -7,7 +7,7 @@ import json
 import sys
 import uuid
 
-from sandbox_service.execution import ExecutionSpec, Limits
+from sandbox_service.execution import ExecutionSpec
 from sandbox_service.jail import JailExecutor
 from sandbox_service.jobs import result_to_wire
 from sandbox_service.settings import Settings
@@ -21,14 +21,7 @@ def run_once(args: argparse.Namespace) -> int:
     else:
         with open(args.file, encoding="utf-8") as f:
             code = f.read()
-    limits = Limits(
-        timeout_s=args.timeout,
-        memory_mb=args.memory_mb,
-        max_processes=settings.default_max_processes,
-        max_output_bytes=settings.max_output_bytes,
-        max_file_size_mb=settings.max_file_size_mb,
-        max_open_files=settings.max_open_files,
-    )
+    limits = settings.limits(timeout_s=args.timeout, memory_mb=args.memory_mb)
     spec = ExecutionSpec(code=code, stdin=args.stdin, limits=limits, execution_id=uuid.uuid4().hex)
     executor = JailExecutor(settings, slot=0, mode=args.mode)
     try:

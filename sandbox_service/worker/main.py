@@ -28,7 +28,7 @@ from sandbox_service.broker import jobqueue
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.cancel import Cancel
-from sandbox_service.execution import ExecutionResult, Limits, Status
+from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
 from sandbox_service.settings import Settings, UnknownSettingError
@@ -63,12 +63,7 @@ class JobRunner:
         make_executor: Callable[[], JailExecutor],
         sessions: SessionRunner | None = None,
     ) -> None:
-        self._limits = Limits(
-            max_output_bytes=settings.max_output_bytes,
-            max_processes=settings.default_max_processes,
-            max_file_size_mb=settings.max_file_size_mb,
-            max_open_files=settings.max_open_files,
-        )
+        self._limits = settings.limits()
         self._make_executor = make_executor
         self._executor: JailExecutor | None = None
         self._sessions = sessions

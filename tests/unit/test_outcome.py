@@ -26,7 +26,6 @@ from sandbox_service.jail.outcome import RawOutcome, classify
         (RawOutcome(1, None, False, False, "Traceback...\nMemoryError\n"), Status.MEMORY_LIMIT),
         (RawOutcome(1, None, False, False, "MemoryError: big\n\n"), Status.MEMORY_LIMIT),
         (RawOutcome(1, None, False, False, "print('MemoryError')\nValueError"), Status.ERROR),
-        (RawOutcome(None, None, False, False, jail_failed=True), Status.SANDBOX_ERROR),
         (RawOutcome(None, signal.SIGKILL, True, True), Status.TIMEOUT),
     ],
 )
