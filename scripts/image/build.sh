@@ -3,7 +3,7 @@
 # and without a registry: rl-sandbox-api and rl-sandbox-worker from deploy/Dockerfile unchanged
 # but for its PYTHON_IMAGE build argument, and a local Redis (redis.Containerfile) for compose.
 # Layers are cached by podman; a second run with no change rebuilds nothing. Docker's image
-# format, not OCI's: OCI has no HEALTHCHECK.
+# format, not OCI's: OCI has no HEALTHCHECK. RUN steps use the host's network (and resolver).
 #
 # The build trusts the host's CA bundle (HOST_CA_BUNDLE, default Debian's; empty: don't), mounted
 # with pip and uv settings that use it, for RUN steps only: nothing of it is in the images. That
@@ -37,7 +37,7 @@ build() {  # name, then podman build arguments
   local name=$1 start; shift
   start=$(date +%s)
   say "building $name:$tag"
-  podman build --quiet --format docker "${tls[@]}" --build-arg "PYTHON_IMAGE=$base" -t "$name:$tag" "$@" >/dev/null
+  podman build --quiet --format docker --network host "${tls[@]}" --build-arg "PYTHON_IMAGE=$base" -t "$name:$tag" "$@" >/dev/null
   say "$name:$tag in $(( $(date +%s) - start )) s"
 }
 
