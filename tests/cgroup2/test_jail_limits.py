@@ -103,6 +103,7 @@ def test_cpu_limit_throttles_every_process_of_the_slot(executor: JailExecutor) -
             for pid in pids:
                 os.waitpid(pid, 0)
             """,
+            timeout_s=120.0,  # 0.9 s of CPU at 0.2 cores, forks included, under emulation
         )
         after = executor.cpu_throttling()
     finally:
