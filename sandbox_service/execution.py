@@ -1,25 +1,15 @@
 """The typed values that flow from a request to a result inside the service.
 
 ExecutionSpec (what to run, with which limits) -> jail -> ExecutionResult (what happened).
-Pure data: no I/O, no pydantic; the HTTP edge converts from and to the wire models.
+Pure data: no I/O, no pydantic models; the HTTP edge converts from and to the wire models
+(trainer_client.wire, whose Status enum is the one both sides use).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
-
-class Status(enum.StrEnum):
-    """Outcome of one execution, as named by the API spec."""
-
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    MEMORY_LIMIT = "memory_limit"
-    KILLED = "killed"
-    QUEUE_TIMEOUT = "queue_timeout"
-    SANDBOX_ERROR = "sandbox_error"
+from trainer_client.wire import Status as Status
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from sandbox_service.models import Status
 from trainer_client.client import SandboxClient
 from trainer_client.errors import SandboxClientError
 from trainer_client.stats import percentile
+from trainer_client.wire import Status
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,27 @@ import base64
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Self, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import httpx
 from pydantic import ValidationError
 
-from sandbox_service.models import ExecuteRequest, ExecuteResult
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import InvalidRequestError
 from trainer_client.http import Timeouts, delete_session, post_batch
 from trainer_client.retry import RetryPolicy
 from trainer_client.stats import ClientStats, Counters
+from trainer_client.wire import ExecuteRequest, ExecuteResult
+
+if TYPE_CHECKING:
+    import sys
+
+    # typing.Self is 3.11+; the client supports 3.10 (annotations are never evaluated).
+    if sys.version_info >= (3, 11):
+        from typing import Self
+    else:
+        from typing_extensions import Self
 
 RequestLike = ExecuteRequest | Mapping[str, Any]
 """An ExecuteRequest, or a mapping of its fields (wire format: `files` values are base64)."""
@@ -132,7 +141,7 @@ class SandboxClient:
         *,
         stdin: str = "",
         # The program's wall-clock limit, named as the API field; not a limit on this await.
-        timeout: float = 10.0,  # noqa: ASYNC109
+        timeout: float = 10.0,
         memory_mb: int | None = None,
         session_id: str | None = None,
         files: Mapping[str, bytes] | None = None,

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_service.models import ExecuteRequest, ExecuteResult
 from trainer_client.clock import Clock
 from trainer_client.errors import (
     CallInfo,
@@ -38,6 +37,7 @@ from trainer_client.errors import (
 )
 from trainer_client.retry import RetryPolicy, Verdict, is_retryable_item_status
 from trainer_client.stats import Counters
+from trainer_client.wire import ExecuteRequest, ExecuteResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +227,7 @@ class Dispatcher:
                 self._wakeup.clear()
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), remaining)
-                except TimeoutError:
+                except asyncio.TimeoutError:  # not the builtin before Python 3.11
                     break
             batch = self._take(self._batch_limit)
             if batch:

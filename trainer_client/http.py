@@ -11,10 +11,10 @@ from urllib.parse import quote
 import httpx
 from pydantic import ValidationError
 
-from sandbox_service.models import BatchResponse
 from trainer_client.dispatch import BatchOutcome
 from trainer_client.errors import SandboxClientError
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
+from trainer_client.wire import BatchResponse
 
 BATCH_PATH = "/execute/batch"
 

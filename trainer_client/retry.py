@@ -15,7 +15,7 @@ import enum
 import random
 from dataclasses import dataclass
 
-from sandbox_service.models import Status
+from trainer_client.wire import Status
 
 RETRYABLE_ITEM_STATUSES = frozenset({Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR})
 """Per-item statuses that mean the program did not (reliably) run: safe to submit again."""

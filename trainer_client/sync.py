@@ -10,12 +10,21 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandbox_service.models import ExecuteResult
 from trainer_client.client import RequestLike, SandboxClient
 from trainer_client.errors import ClientClosedError
 from trainer_client.stats import ClientStats
+from trainer_client.wire import ExecuteResult
+
+if TYPE_CHECKING:
+    import sys
+
+    # typing.Self is 3.11+; the client supports 3.10 (annotations are never evaluated).
+    if sys.version_info >= (3, 11):
+        from typing import Self
+    else:
+        from typing_extensions import Self
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from sandbox_service.models import ExecuteResult, Status
 from trainer_client.errors import InvalidRequestError
+from trainer_client.wire import ExecuteResult, Status
 
 PYTHON_TOOL_NAME = "python_code_with_standard_io"
 JUPYTER_TOOL_NAME = "jupyter_code"
@@ -237,7 +237,7 @@ class Executes(Protocol):
         code: str,
         *,
         stdin: str = "",
-        timeout: float = 10.0,  # noqa: ASYNC109 -- the program's limit (API field name)
+        timeout: float = 10.0,
         session_id: str | None = None,
     ) -> ExecuteResult:
         """Run one program (in the session `session_id`, when given)."""
@@ -248,7 +248,7 @@ async def execute_tool_call(
     client: Executes,
     call: ToolCall,
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109 -- the program's limit (API field name)
+    timeout: float = 10.0,
     style: ResponseStyle = "rstar2",
     max_chars: int | None = 256,
     session_id: str | None = None,

@@ -12,8 +12,8 @@ from sandbox_service.api.dispatch import Dispatcher
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
-from sandbox_service.models import ExecuteRequest
 from sandbox_service.settings import Settings
+from trainer_client.wire import ExecuteRequest
 
 
 @dataclass(frozen=True, slots=True)

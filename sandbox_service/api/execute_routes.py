@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from sandbox_service.api.context import ApiContext, context, to_payload
 from sandbox_service.api.validation import check_batch, check_request
 from sandbox_service.logs import request_id_var
-from sandbox_service.models import BatchRequest, BatchResponse, ExecuteRequest, ExecuteResult
+from trainer_client.wire import BatchRequest, BatchResponse, ExecuteRequest, ExecuteResult
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or wrong API key (when the server has one)"},

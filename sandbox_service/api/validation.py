@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox_service.models import BatchRequest, ExecuteRequest
 from sandbox_service.settings import Settings
+from trainer_client.wire import BatchRequest, ExecuteRequest
 
 Problem = dict[str, Any]
 

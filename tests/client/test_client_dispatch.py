@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from sandbox_service.models import ExecuteRequest, ExecuteResult
 from trainer_client import (
     ClientClosedError,
     DeadlineExceededError,
@@ -28,6 +27,7 @@ from trainer_client.clock import LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.retry import Verdict
 from trainer_client.stats import Counters
+from trainer_client.wire import ExecuteRequest, ExecuteResult
 
 Decide = Callable[[list[ExecuteRequest]], BatchOutcome | None]
 

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from sandbox_service.models import ExecuteResult
 from trainer_client import (
     JUPYTER_TOOL_NAME,
     PYTHON_TOOL_NAME,
@@ -22,6 +21,7 @@ from trainer_client import (
     python_tool_schema,
     truncate_middle,
 )
+from trainer_client.wire import ExecuteResult
 
 # An assistant turn as rStar2-Agent models write it: reasoning, then a Hermes tool call whose
 # code has escaped newlines (the paper's Fig. 2 problem: least p with p^2 | n^4 + 1).

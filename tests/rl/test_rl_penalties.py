@@ -23,7 +23,7 @@ from rl.penalties import (
     p_format_release,
     total_penalty,
 )
-from sandbox_service.models import ExecuteResult
+from trainer_client.wire import ExecuteResult
 
 
 def result(status: str) -> ExecuteResult:

@@ -20,8 +20,8 @@ from rl.rollout.loop import HFCodec, RolloutSettings, run_rollout
 from rl.rollout.scheduler import RolloutJob, RolloutScheduler
 from rl.run.local_service import LocalService
 from rl.trajectory import Trajectory
-from sandbox_service.models import ExecuteResult
 from trainer_client import SandboxClient
+from trainer_client.wire import ExecuteResult
 
 pytestmark = pytest.mark.slow
 

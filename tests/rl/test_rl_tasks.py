@@ -18,8 +18,8 @@ from rl.data.tasks import (
 from rl.rollout.loop import RolloutSettings
 from rl.rollout.template import PromptTemplate
 from rl.sft import SFTExample, render_demonstrations
-from sandbox_service.models import ExecuteResult
 from trainer_client.tools import parse_tool_calls
+from trainer_client.wire import ExecuteResult
 
 
 def test_problems_are_exact_and_their_programs_compute_them() -> None:

@@ -18,15 +18,15 @@ from sandbox_service.jobs import (
     failure_result,
     result_to_wire,
 )
-from sandbox_service.models import BatchRequest, ExecuteRequest
 from sandbox_service.settings import Settings
+from trainer_client.wire import BatchRequest, ExecuteRequest
 
 PURE_MODULES = [
     "sandbox_service.jobs",
     "sandbox_service.keys",
     "sandbox_service.api.validation",
     "sandbox_service.execution",
-    "sandbox_service.models",
+    "trainer_client.wire",
     "sandbox_service.settings",
 ]
 

@@ -29,8 +29,8 @@ from sandbox_service.api.compat.sandboxfusion import (
     to_execute_request,
     to_run_code_response,
 )
-from sandbox_service.models import ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
+from trainer_client.wire import ExecuteRequest, ExecuteResult
 
 SETTINGS = Settings(
     max_code_bytes=100, max_timeout=20, max_memory_mb=2048, codejudge_timeout_s=4,

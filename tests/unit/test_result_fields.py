@@ -8,7 +8,7 @@ import dataclasses
 
 from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import INTERNAL_FIELDS, WIRE_NAMES, result_to_wire
-from sandbox_service.models import ExecuteResult
+from trainer_client.wire import ExecuteResult
 
 
 def _wire_names() -> set[str]:

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sandbox_service.jobs import JobPayload
-from sandbox_service.models import ExecuteRequest
 from sandbox_service.settings import Settings
 from trainer_client.dispatch import DispatchConfig
 from trainer_client.http import Timeouts
+from trainer_client.wire import ExecuteRequest
 
 SETTINGS = Settings()
 

@@ -14,8 +14,8 @@ from sandbox_service.api.compat.sandboxfusion import (
     RunCodeRequest,
     to_execute_request,
 )
-from sandbox_service.models import ExecuteRequest
 from sandbox_service.settings import Settings
+from trainer_client.wire import ExecuteRequest
 
 LONE = "\udc80"
 

@@ -34,8 +34,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from sandbox_service.api.validation import check_request
 from sandbox_service.execution import Status
-from sandbox_service.models import ExecuteRequest, ExecuteResult, validate_text
 from sandbox_service.settings import Settings
+from trainer_client.wire import ExecuteRequest, ExecuteResult, validate_text
 
 MAX_OUTPUT_CHARS = 1000
 """code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""

@@ -65,8 +65,8 @@ from sandbox_service.api.compat.sandboxfusion import (
 from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import ResultDict
-from sandbox_service.models import ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
+from trainer_client.wire import ExecuteRequest, ExecuteResult
 
 RunRequests = Callable[[list[ExecuteRequest], str], Awaitable[list[ResultDict]]]
 """The API's execution path: admit the requests whole or not at all, await their results."""

@@ -28,8 +28,8 @@ from pydantic import BaseModel, ValidationError
 
 from sandbox_service.api.validation import Problem, check_request
 from sandbox_service.execution import Status
-from sandbox_service.models import ABSOLUTE_PATHS, ExecuteRequest, ExecuteResult
 from sandbox_service.settings import Settings
+from trainer_client.wire import ABSOLUTE_PATHS, ExecuteRequest, ExecuteResult
 
 Language = Literal[
     "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",

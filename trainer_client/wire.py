@@ -1,15 +1,19 @@
-"""Wire models of the HTTP API (../spec/API.md): pydantic, used only at the HTTP edge."""
+"""Wire models of the HTTP API (docs/api.md): pydantic, shared by the client and the service.
+
+The one definition of the request and result schemas and of the status enum. It lives in the
+client package because the client installs alone (Python 3.10+, httpx and pydantic only); the
+service imports it from here.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import enum
 from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
-from sandbox_service.execution import Status
 
 __all__ = [
     "BatchRequest",
@@ -19,6 +23,29 @@ __all__ = [
     "Status",
     "validate_relative_path",
 ]
+
+
+class Status(str, enum.Enum):
+    """Outcome of one execution, as named by the API spec.
+
+    A str enum that works on Python 3.10 (enum.StrEnum is 3.11+): members compare equal to their
+    values, and str() and format() give the value, as StrEnum's do.
+    """
+
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    KILLED = "killed"
+    QUEUE_TIMEOUT = "queue_timeout"
+    SANDBOX_ERROR = "sandbox_error"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
 
 SUPPORTED_LANGUAGES = ("python",)
 JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
