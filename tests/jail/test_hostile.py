@@ -628,3 +628,236 @@ def test_warm_zygote_is_recycled_without_a_gap() -> None:
     finally:
         executor.close()
     assert not any(cgroups.pids() for cgroups in executor._cgroups)
+
+
+# --- issue 12: nothing survives a run, the machinery is out of reach ---------------------------
+
+
+def test_sysv_ipc_and_posix_message_queues_are_refused_with_an_errno(run: RunFn) -> None:
+    result = run(
+        code("""
+        import ctypes, ctypes.util
+        libc = ctypes.CDLL(None, use_errno=True)
+        rt = ctypes.CDLL(ctypes.util.find_library("rt") or None, use_errno=True)
+        IPC_CREAT = 0o1000
+        calls = {
+            "msgget": lambda: libc.msgget(0, IPC_CREAT | 0o600),
+            "shmget": lambda: libc.shmget(0, 4096, IPC_CREAT | 0o600),
+            "semget": lambda: libc.semget(0, 1, IPC_CREAT | 0o600),
+            "mq_open": lambda: rt.mq_open(b"/rl-q", 0o100 | 2, 0o600, None),
+        }
+        for name, call in calls.items():
+            ctypes.set_errno(0)
+            print(name, call(), ctypes.get_errno())
+        """)
+    )
+    assert result.status == Status.OK, result
+    for name in ("msgget", "shmget", "semget", "mq_open"):
+        assert f"{name} -1 38\n" in result.stdout, result.stdout  # ENOSYS, and no object
+
+
+def test_posix_shared_memory_and_files_do_not_survive_the_run(run: RunFn) -> None:
+    planted = run(
+        code("""
+        from multiprocessing import shared_memory
+        import os
+        shm = shared_memory.SharedMemory(name="rl-leak", create=True, size=1 << 20)
+        shm.buf[:6] = b"secret"
+        shm.close()  # not unlinked: it stays in /dev/shm
+        for path in ("/tmp/leak", "/home/sandbox/leak", "/dev/shm/leak"):
+            open(path, "w").write("secret")
+        print(sorted(os.listdir("/dev/shm")))
+        """)
+    )
+    assert planted.status == Status.OK, planted
+    assert "rl-leak" in planted.stdout
+    found = run(
+        code("""
+        import os
+        print(os.listdir("/dev/shm"), os.listdir("/tmp"), os.listdir("/home/sandbox"))
+        """)
+    )
+    assert found.stdout == "[] [] []\n", f"a run's files or shared memory survived: {found}"
+
+
+def test_multiprocessing_works_under_the_policy(run: RunFn) -> None:
+    result = run(
+        code("""
+        import multiprocessing as mp
+        with mp.Pool(2) as pool:
+            print(sum(pool.map(abs, range(-50, 50))))
+        lock = mp.Lock()
+        with lock:
+            q = mp.Queue(); q.put(7); print(q.get())
+        """),
+        timeout_s=20.0,
+    )
+    assert result.status == Status.OK, result
+    assert result.stdout == "2500\n7\n"
+
+
+def test_the_program_holds_no_descriptor_of_the_control_path(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os
+        listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+        fds = sorted(int(n) for n in os.listdir(listing) if int(n) != listing)
+        print(fds, [os.readlink(f"/proc/self/fd/{fd}") for fd in fds if fd > 2])
+        """)
+    )
+    assert result.status == Status.OK, result
+    assert result.stdout.startswith("[0, 1, 2] []"), f"the program holds extra fds: {result}"
+
+
+def test_forged_exit_reports_and_half_lines_on_every_descriptor_change_nothing(
+    run: RunFn,
+) -> None:
+    result = run(
+        code("""
+        import os, sys
+        forged = b'{"exit": 0, "cpu": -5.0}\\n{"exit": "x"}\\n\\x00\\xff{"exit'
+        for fd in range(3, 256):
+            try:
+                os.write(fd, forged)
+            except OSError:
+                pass
+        sys.exit(3)
+        """)
+    )
+    assert result.status == Status.ERROR, f"a forged report was believed: {result}"
+    assert result.exit_code == 3
+    assert result.cpu_time >= 0.0
+
+
+def test_the_exit_status_comes_from_the_kernel(run: RunFn) -> None:
+    result = run("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert result.status == Status.KILLED and result.signal == signal.SIGSEGV, result
+    assert result.cpu_time > 0.0
+
+
+def test_a_deep_tree_of_long_names_fifos_sockets_and_locked_modes_is_wiped(
+    run: RunFn,
+) -> None:
+    planted = run(
+        code("""
+        import os, socket
+        name = "d" * 250
+        fd = os.open("/tmp", os.O_RDONLY)
+        for depth in range(2000):  # far past PATH_MAX and the recursion limit
+            os.mkdir(name, dir_fd=fd)
+            nxt = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        os.mkfifo("fifo", dir_fd=fd)
+        os.chdir(fd)
+        s = socket.socket(socket.AF_UNIX); s.bind("sock")
+        os.mkdir("locked"); open("locked/f", "w").write("x"); os.chmod("locked", 0)
+        open("unreadable", "w").write("x"); os.chmod("unreadable", 0)
+        os.fchmod(fd, 0o500)
+        os.chdir("/home/sandbox")
+        os.mkfifo("pipe")
+        os.symlink("/etc/passwd", "link")
+        print("planted")
+        """),
+        timeout_s=20.0,
+    )
+    assert planted.stdout == "planted\n", planted
+    found = run("import os\nprint(os.listdir('/tmp'), os.listdir('/home/sandbox'))")
+    assert found.stdout == "[] []\n", f"the wipe left files behind: {found}"
+
+
+def test_a_fifo_or_socket_named_in_fetch_files_never_blocks(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os, socket
+        os.mkfifo("out.txt")
+        s = socket.socket(socket.AF_UNIX); s.bind("sock")
+        os.symlink("/etc/passwd", "link")
+        open("real.txt", "w").write("real")
+        """),
+        fetch_files=("out.txt", "sock", "link", "real.txt", "absent"),
+    )
+    assert result.status == Status.OK, result
+    assert result.files == {"real.txt": b"real"}
+    assert "out.txt: not a regular file" in result.stderr
+
+
+def test_fetch_budget_returns_what_fits_and_names_the_rest(run: RunFn) -> None:
+    result = run(
+        code("""
+        for i in range(3):
+            open(f"big{i}.bin", "wb").write(bytes([i]) * (7 << 20))
+        for i in range(70):
+            open(f"small{i}.txt", "w").write(str(i))
+        """),
+        fetch_files=("big0.bin", "big1.bin", "big2.bin", *(f"small{i}.txt" for i in range(70))),
+        timeout_s=20.0,
+    )
+    assert result.status == Status.OK, result
+    assert sum(len(v) for v in result.files.values()) <= 16 << 20
+    assert "big0.bin" in result.files and "big1.bin" in result.files
+    assert "big2.bin" not in result.files
+    assert len(result.files) == 64  # max_fetch_files
+    assert "fetch_files not returned" in result.stderr
+    assert "big2.bin: over the fetch budget" in result.stderr
+
+
+def test_proc_shows_only_the_jails_own_processes(run: RunFn) -> None:
+    result = run(
+        code("""
+        import os
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        print(pids[0], len(pids) <= 3, os.getpid() in pids)
+        for name in ("meminfo", "loadavg", "cpuinfo", "mounts", "sysvipc", "kallsyms"):
+            print(name, os.path.exists("/proc/" + name))
+        """)
+    )
+    assert result.status == Status.OK, result
+    lines = result.stdout.splitlines()
+    assert lines[0] == "1 True True", f"/proc shows other processes: {result.stdout}"
+    assert all(line.endswith("False") for line in lines[1:]), f"host-wide /proc: {lines}"
+
+
+def test_memory_a_run_leaves_charged_is_released_or_the_jail_replaced(
+    run: RunFn, executor: JailExecutor
+) -> None:
+    result = run(
+        code("""
+        open("/dev/shm/fill", "wb").write(b"x" * (60 << 20))
+        open("/tmp/fill", "wb").write(b"x" * (200 << 20))
+        import mmap
+        m = mmap.mmap(-1, 100 << 20, flags=mmap.MAP_SHARED); m.write(b"y" * (100 << 20))
+        if __import__("os").fork() == 0:
+            __import__("time").sleep(60)  # a child holding the shared mapping
+        """),
+        memory_mb=512,
+        timeout_s=20.0,
+    )
+    assert result.status == Status.OK, result
+    run("pass")
+    above = executor.memory_above_baseline_mb()
+    assert above is not None
+    assert above <= Settings().memory_recycle_slack_mb, f"{above} MiB stayed charged"
+
+
+def test_cpu_limit_holds_32_spinners_to_the_slots_share(run: RunFn, executor: JailExecutor) -> None:
+    before = executor.cpu_throttling()
+    result = run(
+        code("""
+        import os, time
+        for _ in range(32):
+            if os.fork() == 0:
+                while True:
+                    pass
+        time.sleep(2)
+        """),
+        max_processes=64,
+        timeout_s=10.0,
+    )
+    assert result.status == Status.OK, result
+    after = executor.cpu_throttling()
+    assert before is not None and after is not None
+    assert after.throttled_periods > before.throttled_periods, "the slot was never throttled"
+    # One core's quota for 2 s of wall time: the 32 spinners cannot have had more than ~2 s.
+    print(f"32 spinners: cpu_time {result.cpu_time:.2f} s in {result.wall_time:.2f} s wall")
+    assert result.cpu_time < 2.0 * result.wall_time

@@ -145,3 +145,101 @@ def test_session_memory_limit_covers_the_whole_session(pool: SessionPool) -> Non
     pool.run_cell("s-mem", cell("keep = bytearray(150 * 1024 * 1024)", memory_mb=256))
     more = pool.run_cell("s-mem", cell("more = bytearray(150 * 1024 * 1024)", memory_mb=256))
     assert more.result.status == Status.MEMORY_LIMIT
+
+
+# --- issue 12: a cell cannot reach its jail's machinery -----------------------------------------
+
+_CHANNEL_FDS = (
+    "import os, stat\n"
+    "channel = [int(n) for n in os.listdir('/proc/self/fd') if n.isdigit() and int(n) > 2\n"
+    "           and stat.S_ISSOCK(os.fstat(int(n)).st_mode)]\n"
+)
+
+
+def _answers_next(pool: SessionPool, session_id: str) -> None:
+    """The pool serves the session again (rebuilt if it had to be)."""
+    again = pool.run_cell(session_id, cell("print('served')"))
+    assert again.result.status == Status.OK and again.result.stdout == "served\n", again
+
+
+def test_a_forged_or_malformed_report_on_the_channel_ends_only_that_session(
+    pool: SessionPool,
+) -> None:
+    pool.run_cell("s-forge", cell("kept = 1"))
+    for junk in (
+        b"\x00\x00\x00\x05[1,2]",  # a frame that is not an object
+        b'\x00\x00\x00\x1a{"op":"done","exit_code":-7}',  # out of range
+        b"\xff\xff\xff\xff",  # a length past any bound
+    ):
+        forged = pool.run_cell(
+            "s-forge",
+            cell(
+                _CHANNEL_FDS + f"for fd in channel:\n    os.write(fd, {junk!r})\nimport time\n"
+                "time.sleep(0.5)"
+            ),
+        )
+        assert forged.result.status == Status.ERROR, f"junk was believed: {forged.result}"
+        assert "broke its channel" in forged.result.stderr
+        assert not forged.alive
+        _answers_next(pool, "s-forge")
+
+
+def test_half_a_frame_on_the_channel_times_the_cell_out(pool: SessionPool) -> None:
+    half = pool.run_cell(
+        "s-half",
+        cell(
+            _CHANNEL_FDS + "for fd in channel:\n    os.write(fd, b'\\x00\\x00\\x00\\x40{\"op')\n"
+            "import time\ntime.sleep(30)",
+            timeout_s=1.0,
+        ),
+    )
+    assert half.result.status == Status.TIMEOUT, half.result
+    _answers_next(pool, "s-half")
+
+
+def test_the_cell_holds_no_worker_control_socket(pool: SessionPool) -> None:
+    seen = pool.run_cell("s-fds", cell(_CHANNEL_FDS + "print(len(channel))"))
+    assert seen.result.stdout == "1\n", f"more than the private channel: {seen.result}"
+
+
+def test_a_fifo_over_an_input_file_does_not_hang_the_next_cell(pool: SessionPool) -> None:
+    pool.run_cell("s-fifo", cell("import os\nos.mkfifo('in.txt')"))
+    spec = ExecutionSpec(code="print(open('in.txt').read())", files={"in.txt": b"x"}, limits=LIMITS)
+    blocked = pool.run_cell("s-fifo", spec)
+    assert blocked.result.status == Status.ERROR, blocked.result
+    assert (
+        "not a regular file" in blocked.result.stderr or "No such device" in blocked.result.stderr
+    )
+    _answers_next(pool, "s-fifo")
+
+
+def test_background_processes_end_with_their_cell(pool: SessionPool) -> None:
+    started = pool.run_cell(
+        "s-spin",
+        cell("import os\npid = os.fork()\nif pid == 0:\n    while True: pass\nprint('forked')"),
+    )
+    assert started.result.stdout == "forked\n", started.result
+    checked = pool.run_cell(
+        "s-spin",
+        cell(
+            "import os\nprint(os.waitpid(pid, os.WNOHANG)[0] == pid or "
+            "not os.path.exists(f'/proc/{pid}/stat') or "
+            "open(f'/proc/{pid}/stat').read().split(') ')[1][0] == 'Z')"
+        ),
+    )
+    assert checked.result.stdout == "True\n", f"a background spinner survived its cell: {checked}"
+
+
+def test_session_jail_has_a_cpu_limit_and_its_cpu_time_is_the_kernels(pool: SessionPool) -> None:
+    spun = pool.run_cell(
+        "s-cpu",
+        cell("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"),
+    )
+    assert spun.result.status == Status.OK
+    assert 0.25 <= spun.result.cpu_time < 5.0, spun.result
+    cgroups = pool._live["s-cpu"].cgroups
+    if cgroups.v2:
+        limit = (cgroups.dirs["unified"] / "cpu.max").read_text().split()[0]
+    else:
+        limit = (cgroups.dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip()
+    assert limit == "100000", f"the session jail has no one-core CPU limit: {limit}"
