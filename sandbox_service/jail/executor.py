@@ -280,9 +280,15 @@ class JailExecutor:
             return None
         return self._jail.cgroups.growth_since_baseline_bytes() / cg.MIB
 
-    def cpu_throttling(self) -> cg.CpuThrottling | None:
-        """The CFS counters of the current jail's cgroup."""
-        return None if self._jail is None else self._jail.cgroups.cpu_throttling()
+    def cpu_throttling(self) -> cg.CpuThrottling:
+        """The slot's CFS counters: both of its cgroups summed (cumulative since the slot was
+        created, whichever jail ran, in cold mode too)."""
+        counters = [cgroups.cpu_throttling() for cgroups in self._cgroups]
+        return cg.CpuThrottling(
+            periods=sum(c.periods for c in counters),
+            throttled_periods=sum(c.throttled_periods for c in counters),
+            throttled_us=sum(c.throttled_us for c in counters),
+        )
 
     def run(self, spec: ExecutionSpec, cancel: Cancel | None = None) -> ExecutionResult:
         """Run one execution on a sound jail.

@@ -699,14 +699,21 @@ def test_multiprocessing_works_under_the_policy(run: RunFn) -> None:
 def test_the_program_holds_no_descriptor_of_the_control_path(run: RunFn) -> None:
     result = run(
         code("""
-        import os
-        listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
-        fds = sorted(int(n) for n in os.listdir(listing) if int(n) != listing)
-        print(fds, [os.readlink(f"/proc/self/fd/{fd}") for fd in fds if fd > 2])
+        import os, resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        held = []
+        for fd in range(3, soft):
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue
+            held.append((fd, os.readlink(f"/proc/self/fd/{fd}")))
+        print(held, sorted(int(n) for n in os.listdir("/proc/self/fd")))
         """)
     )
     assert result.status == Status.OK, result
-    assert result.stdout.startswith("[0, 1, 2] []"), f"the program holds extra fds: {result}"
+    # The listing itself opens one descriptor (3), gone once listed.
+    assert result.stdout == "[] [0, 1, 2, 3]\n", f"the program holds extra fds: {result}"
 
 
 def test_forged_exit_reports_and_half_lines_on_every_descriptor_change_nothing(
@@ -824,7 +831,8 @@ def test_memory_a_run_leaves_charged_is_released_or_the_jail_replaced(
     result = run(
         code("""
         open("/dev/shm/fill", "wb").write(b"x" * (60 << 20))
-        open("/tmp/fill", "wb").write(b"x" * (200 << 20))
+        for i in range(4):  # 200 MiB in files under the 64 MiB file-size limit
+            open(f"/tmp/fill{i}", "wb").write(b"x" * (50 << 20))
         import mmap
         m = mmap.mmap(-1, 100 << 20, flags=mmap.MAP_SHARED); m.write(b"y" * (100 << 20))
         if __import__("os").fork() == 0:
@@ -836,28 +844,51 @@ def test_memory_a_run_leaves_charged_is_released_or_the_jail_replaced(
     assert result.status == Status.OK, result
     run("pass")
     above = executor.memory_above_baseline_mb()
+    if executor.mode == "cold":
+        assert above is None, "a cold jail outlived its run"
+        return
     assert above is not None
     assert above <= Settings().memory_recycle_slack_mb, f"{above} MiB stayed charged"
 
 
 def test_cpu_limit_holds_32_spinners_to_the_slots_share(run: RunFn, executor: JailExecutor) -> None:
+    for cgroups in executor._cgroups:
+        if cgroups.v2:
+            limit = (cgroups.dirs["unified"] / "cpu.max").read_text().split()[0]
+        else:
+            limit = (cgroups.dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip()
+        assert limit == "100000", f"the slot has no one-core CPU limit: {limit}"
     before = executor.cpu_throttling()
     result = run(
         code("""
-        import os, time
+        import os, signal, time
+        started = time.monotonic()
+        pids = []
         for _ in range(32):
-            if os.fork() == 0:
+            pid = os.fork()
+            if pid == 0:
+                os.nice(19)  # the parent, sharing the slot's one core, must still get to stop them
                 while True:
                     pass
+            pids.append(pid)
         time.sleep(2)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        spent = 0.0
+        for pid in pids:
+            _, _, usage = os.wait4(pid, 0)
+            spent += usage.ru_utime + usage.ru_stime
+        print(f"{spent:.3f} {time.monotonic() - started:.3f}")
         """),
         max_processes=64,
-        timeout_s=10.0,
+        timeout_s=30.0,
     )
     assert result.status == Status.OK, result
     after = executor.cpu_throttling()
-    assert before is not None and after is not None
-    assert after.throttled_periods > before.throttled_periods, "the slot was never throttled"
-    # One core's quota for 2 s of wall time: the 32 spinners cannot have had more than ~2 s.
-    print(f"32 spinners: cpu_time {result.cpu_time:.2f} s in {result.wall_time:.2f} s wall")
-    assert result.cpu_time < 2.0 * result.wall_time
+    spent_s, wall_s = map(float, result.stdout.split())
+    # The kernel's own accounting of the spinners: one core's quota over the wall time, with a
+    # period (100 ms) of slack. On an idle host of two or more cores they would have had more.
+    print(f"32 spinners: {spent_s:.2f} s CPU in {wall_s:.2f} s wall; {before} -> {after}")
+    assert spent_s <= wall_s + 0.15, f"the spinners took more than one core: {result.stdout}"
+    if spent_s >= 0.9 * wall_s:  # they reached the quota (the host was not saturated by others)
+        assert after.throttled_periods > before.throttled_periods, "the slot was never throttled"

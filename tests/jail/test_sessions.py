@@ -150,9 +150,14 @@ def test_session_memory_limit_covers_the_whole_session(pool: SessionPool) -> Non
 # --- issue 12: a cell cannot reach its jail's machinery -----------------------------------------
 
 _CHANNEL_FDS = (
-    "import os, stat\n"
-    "channel = [int(n) for n in os.listdir('/proc/self/fd') if n.isdigit() and int(n) > 2\n"
-    "           and stat.S_ISSOCK(os.fstat(int(n)).st_mode)]\n"
+    "import os, resource, stat\n"
+    "def _socket(fd):\n"
+    "    try:\n"
+    "        return stat.S_ISSOCK(os.fstat(fd).st_mode)\n"
+    "    except OSError:\n"
+    "        return False\n"
+    "channel = [fd for fd in range(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    "           if _socket(fd)]\n"
 )
 
 
