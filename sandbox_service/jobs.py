@@ -74,6 +74,13 @@ class JobPayload:
             wire["e"] = 1
         return wire
 
+    @staticmethod
+    def reply_to_of(wire: object) -> str:
+        """The reply list of a wire payload that may be malformed (so that even a job that
+        cannot be decoded is answered, not dropped); "" when there is none."""
+        reply_to = wire.get("re", "") if isinstance(wire, dict) else ""
+        return reply_to if isinstance(reply_to, str) else ""
+
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> JobPayload:
         """Inverse of to_wire."""

@@ -423,8 +423,8 @@ class LeanWorker(SimpleWorker):
                 # Last, after the worker name is set (see JobQueue.cancel).
                 pipe.exists(keys.cancelled(self._queue_name, job.id))
                 cancelled = pipe.execute()[-1]
+            reply_to = JobPayload.reply_to_of(job.args[0])
             payload = JobPayload.from_wire(job.args[0])
-            reply_to = payload.reply_to
             if cancelled:
                 log.info("job cancelled before it started", extra=fields(job_id=job.id))
                 message = "cancelled: the client went away before the program started; never ran"

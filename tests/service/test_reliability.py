@@ -12,9 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+import rq
+from rq.serializers import JSONSerializer
 
 from sandbox_service import keys
-from sandbox_service.broker.jobqueue import JobQueue, NewJob, connect
+from sandbox_service.broker.jobqueue import JOB_FUNC
 from sandbox_service.jobs import decode_notice
 from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env, stop
@@ -186,9 +188,11 @@ async def test_redis_down_answers_503_and_everything_recovers(
 
 
 def test_a_malformed_job_is_answered_not_dropped(stack: Stack, redis_client: redis.Redis) -> None:
-    queue = JobQueue(connect(stack.env["RL_SANDBOX_REDIS_URL"]), stack.queue, result_ttl_s=60)
+    # Past the API's validation (a bug, another client of the queue): an RQ job whose payload
+    # does not decode. It goes in through RQ itself, as JobQueue only enqueues typed payloads.
     reply = f"{stack.queue}:reply:malformed-test"
-    queue.enqueue([NewJob("malformed-1", {"re": reply, "no": "code"}, budget_s=30)])
+    rq_queue = rq.Queue(stack.queue, connection=redis_client, serializer=JSONSerializer)
+    rq_queue.enqueue_call(JOB_FUNC, args=({"re": reply, "no": "code"},), job_id="malformed-1")
     popped = redis_client.blpop([reply], timeout=60)
     assert popped is not None
     job_id, result = decode_notice(popped[1])
