@@ -7,9 +7,12 @@
     update    token-mean clipped loss (rl.loss) over all kept tokens, AdamW, grad-norm clip
 
 The update splits the kept rollouts into mini-batches of whole groups, in a shuffled order (one
-optimizer step each), and each mini-batch into micro-batches sorted by length (little padding);
-gradients accumulate over micro-batches, and the token-mean's denominator is the whole
-mini-batch's token count, so a token weighs the same whichever micro-batch it falls in.
+optimizer step each), and each mini-batch into micro-batches of similar lengths (little padding)
+whose padded size fits a token budget; gradients accumulate over micro-batches, and the
+token-mean's denominator is the whole mini-batch's token count, so a token weighs the same
+whichever micro-batch it falls in. Under torchrun the same code runs on every rank with the
+same rows: each rank takes a balanced share of each mini-batch's rows (rl.parallel), FSDP sums
+the gradients, so N ranks take the optimizer step one process would on the same batch.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from rl.advantages import group_advantages
 from rl.config import GRPOConfig
 from rl.logprobs import ResponseBatch, pad_responses, response_logprobs
 from rl.loss import policy_loss
+from rl.parallel.distributed import backward_over_ranks, gather_objects, my_micro_batches
 from rl.penalties import total_penalty
 from rl.roc import roc_select
 from rl.trajectory import Trajectory
@@ -102,10 +106,6 @@ def select_and_weigh(
     return selection
 
 
-def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
-    return [list(items[i : i + size]) for i in range(0, len(items), size)]
-
-
 def minibatch_partition(
     groups: Sequence[int], minibatches: int, rng: random.Random | None = None
 ) -> list[list[int]]:
@@ -147,8 +147,19 @@ def _batch(
     )
 
 
-def _by_length(trajectories: Sequence[Trajectory], rows: Sequence[int]) -> list[int]:
-    return sorted(rows, key=lambda i: len(trajectories[i].response_ids))
+def _lengths(trajectories: Sequence[Trajectory], rows: Sequence[int]) -> list[int]:
+    return [len(trajectories[i].prompt_ids) + len(trajectories[i].response_ids) for i in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatching:
+    """How a set of rows is cut into forward/backward passes."""
+
+    token_budget: int = 1 << 62
+    """Padded tokens (rows x longest prompt + response) per pass at most; a longer row goes
+    alone. The default: no bound."""
+    max_rows: int = 16
+    """Rows per pass at most (0: no bound)."""
 
 
 def old_logprobs(
@@ -156,37 +167,47 @@ def old_logprobs(
     trajectories: Sequence[Trajectory],
     *,
     pad_id: int,
-    micro_batch_size: int,
+    batching: MicroBatching,
     recompute: bool,
     temperature: float,
 ) -> tuple[dict[int, torch.Tensor], float | None]:
     """log pi_old of each trajectory's response tokens, (T_i,) each; and the mean |difference|
     from the sampling log-probs on trained tokens (None when not recomputed).
 
-    recompute: a no-grad forward of the current policy (the update's pi_old); else the
-    log-probs the engine reported when sampling.
+    recompute: a no-grad forward of the current policy (the update's pi_old), each rank on its
+    share of the rows, then exchanged; else the log-probs the engine reported when sampling.
     """
+    if not recompute:
+        return {
+            i: torch.tensor(t.logprobs[: len(t.response_ids)], dtype=torch.float32)
+            for i, t in enumerate(trajectories)
+        }, None
     device = next(model.parameters()).device
-    old: dict[int, torch.Tensor] = {}
+    mine: dict[int, list[float]] = {}
     mismatch_sum, mismatch_n = 0.0, 0
-    for rows in _chunks(_by_length(trajectories, range(len(trajectories))), micro_batch_size):
-        batch = _batch(trajectories, rows, pad_id, device)
-        sampled = torch.zeros_like(batch.loss_mask)
+    was_training = model.training
+    model.eval()
+    lengths = _lengths(trajectories, range(len(trajectories)))
+    for rows in my_micro_batches(
+        lengths, batching.token_budget, max_rows=batching.max_rows, device=device
+    ):
+        batch = _batch(trajectories, rows or [0], pad_id, device)
+        with torch.no_grad():
+            source = response_logprobs(model, batch, temperature=temperature).float().cpu()
         for j, i in enumerate(rows):
-            lp = trajectories[i].logprobs
-            sampled[j, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
-        source = sampled
-        if recompute:
-            was_training = model.training
-            model.eval()
-            with torch.no_grad():
-                source = response_logprobs(model, batch, temperature=temperature)
-            model.train(was_training)
-            mismatch_sum += float(((source - sampled).abs() * batch.loss_mask).sum())
-            mismatch_n += batch.num_tokens
-        for j, i in enumerate(rows):
-            old[i] = source[j, : len(trajectories[i].response_ids)].detach()
-    return old, (mismatch_sum / max(mismatch_n, 1) if recompute else None)
+            n = len(trajectories[i].response_ids)
+            mine[i] = source[j, :n].tolist()
+            lp = torch.tensor(trajectories[i].logprobs[:n], dtype=torch.float32)
+            mask = batch.loss_mask[j, : len(lp)].cpu()
+            mismatch_sum += float(((source[j, : len(lp)] - lp).abs() * mask).sum())
+            mismatch_n += int(mask.sum())
+    model.train(was_training)
+    old: dict[int, torch.Tensor] = {}
+    total_sum, total_n = 0.0, 0
+    for part, part_sum, part_n in gather_objects((mine, mismatch_sum, mismatch_n)):
+        old.update({i: torch.tensor(v, dtype=torch.float32) for i, v in part.items()})
+        total_sum, total_n = total_sum + part_sum, total_n + part_n
+    return old, total_sum / max(total_n, 1)
 
 
 def minibatch_step(
@@ -199,20 +220,22 @@ def minibatch_step(
     config: GRPOConfig,
     *,
     pad_id: int,
-    micro_batch_size: int,
+    batching: MicroBatching,
     temperature: float,
 ) -> dict[str, float]:
-    """One optimizer step on the given rows; its loss, grad norm and token-summed loss metrics."""
+    """One optimizer step on the given rows (the same on every rank); its loss, grad norm and
+    token-summed loss metrics, over all ranks."""
     device = next(model.parameters()).device
     part_tokens = sum(sum(trajectories[i].loss_mask) for i in rows)
-    sums: dict[str, float] = defaultdict(float)
     optimizer.zero_grad(set_to_none=True)
-    for micro in _chunks(_by_length(trajectories, rows), micro_batch_size):
+
+    def loss_of(picked: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        micro = [rows[k] for k in picked]
         batch = _batch(trajectories, micro, pad_id, device)
         logp = response_logprobs(model, batch, temperature=temperature)
         old_logp = torch.zeros_like(logp)
         for j, i in enumerate(micro):
-            old_logp[j, : old[i].shape[0]] = old[i]
+            old_logp[j, : old[i].shape[0]] = old[i].to(device=device, dtype=logp.dtype)
         adv = torch.tensor([advantages[i] for i in micro], device=device)
         loss, metrics = policy_loss(
             logp,
@@ -224,14 +247,23 @@ def minibatch_step(
             dual_clip=config.dual_clip,
             num_tokens=part_tokens,
         )
-        loss.backward()  # type: ignore[no-untyped-call]
-        sums["loss"] += float(loss.detach())
-        for key, value in metrics.as_dict().items():
-            sums[key] += value if key == "num_tokens" else value * metrics.num_tokens
+        sums = {
+            key: value if key == "num_tokens" else value * metrics.num_tokens
+            for key, value in metrics.as_dict().items()
+        }
+        return loss, sums
+
+    sums = backward_over_ranks(
+        _lengths(trajectories, rows),
+        batching.token_budget,
+        loss_of,
+        max_rows=batching.max_rows,
+        device=device,
+    )
     params = [p for p in model.parameters() if p.grad is not None]
     sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
     optimizer.step()
-    return dict(sums)
+    return sums
 
 
 def policy_update(
@@ -242,7 +274,7 @@ def policy_update(
     config: GRPOConfig,
     *,
     pad_id: int,
-    micro_batch_size: int = 16,
+    batching: MicroBatching | None = None,
     minibatches: int = 1,
     recompute_old_logprobs: bool = True,
     temperature: float = 1.0,
@@ -251,15 +283,17 @@ def policy_update(
     """Clipped policy-gradient update(s) on the kept rollouts; returns averaged metrics.
 
     loss and grad_norm are means over the optimizer steps taken; the loss's diagnostics
-    (clip fractions, approx_kl) are means over trained tokens.
+    (clip fractions, approx_kl) are means over trained tokens. Under torchrun every rank calls
+    it with the same rollouts, advantages and rng state.
     """
     if len(trajectories) != len(advantages) or not trajectories:
         raise ValueError("need one advantage per trajectory, at least one trajectory")
+    batching = batching or MicroBatching()
     old, mismatch = old_logprobs(
         model,
         trajectories,
         pad_id=pad_id,
-        micro_batch_size=micro_batch_size,
+        batching=batching,
         recompute=recompute_old_logprobs,
         temperature=temperature,
     )
@@ -274,7 +308,7 @@ def policy_update(
             rows,
             config,
             pad_id=pad_id,
-            micro_batch_size=micro_batch_size,
+            batching=batching,
             temperature=temperature,
         )
         for rows in minibatch_partition([t.group for t in trajectories], minibatches, rng)

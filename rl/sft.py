@@ -17,6 +17,7 @@ import torch
 
 from rl.data.tasks import Demonstration
 from rl.logprobs import pad_responses, response_logprobs
+from rl.parallel.distributed import backward_over_ranks
 from rl.rollout.loop import Codec, RolloutSettings, execute_call
 from rl.rollout.template import PromptTemplate, demonstration
 from trainer_client.tools import Executes, parse_tool_calls
@@ -80,18 +81,20 @@ def sft_step(
     *,
     pad_id: int,
     micro_batch_size: int,
+    micro_batch_tokens: int = 0,
     grad_clip: float = 1.0,
 ) -> dict[str, float]:
-    """One optimizer step of token-mean NLL over the examples' trained tokens."""
+    """One optimizer step of token-mean NLL over the examples' trained tokens (under torchrun:
+    the same examples on every rank, each rank a share of them, the step one process takes)."""
     device = next(model.parameters()).device
     total = sum(sum(e.loss_mask) for e in examples)
     if total == 0:
         raise ValueError("no trained tokens in this batch")
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    loss_sum, correct = 0.0, 0.0
-    for start in range(0, len(examples), micro_batch_size):
-        part = examples[start : start + micro_batch_size]
+
+    def loss_of(rows: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        part = [examples[i] for i in rows]
         batch = pad_responses(
             [e.prompt_ids for e in part],
             [e.response_ids for e in part],
@@ -101,12 +104,24 @@ def sft_step(
         )
         logp = response_logprobs(model, batch)
         loss = -(logp * batch.loss_mask).sum() / total
-        loss.backward()  # type: ignore[no-untyped-call]
-        loss_sum += float(loss.detach())
         # A token is "right" when the model gives it more than half the mass (argmax for sure).
-        correct += float(((logp.detach() > -0.693) * batch.loss_mask).sum())
+        correct = float(((logp.detach() > -0.693) * batch.loss_mask).sum())
+        return loss, {"correct": correct}
+
+    lengths = [len(e.prompt_ids) + len(e.response_ids) for e in examples]
+    sums = backward_over_ranks(
+        lengths,
+        micro_batch_tokens or 1 << 62,
+        loss_of,
+        max_rows=micro_batch_size,
+        device=device,
+    )
     params = [p for p in model.parameters() if p.grad is not None]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss_sum, "token_accuracy": correct / total, "grad_norm": grad_norm}
+    return {
+        "loss": sums["loss"],
+        "token_accuracy": sums.get("correct", 0.0) / total,
+        "grad_norm": grad_norm,
+    }

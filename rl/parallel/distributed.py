@@ -14,10 +14,11 @@ is `torch.accelerator`'s (CUDA and ROCm builds alike), the backend the one torch
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -97,6 +98,9 @@ def shard_model(
     for block in transformer_blocks(model.lm):
         fully_shard(block, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    # The root is the first unit to run a forward; the rollout engine calls the LM (a block
+    # unit first) directly, so the root is initialised here, before any forward.
+    model._get_fsdp_state()._lazy_init()  # type: ignore[operator]
     # Losses are divided by the global token count already: gradients must be summed, by every
     # unit. Plain SUM collectives: a divide factor alone makes FSDP use PREMUL_SUM (not in gloo).
     for unit in model.modules():
@@ -115,8 +119,80 @@ def all_reduce(value: float, op: str = "sum", device: torch.device | None = None
     return float(tensor.item())
 
 
-MicroBatchLoss = Callable[[list[int]], torch.Tensor]
-"""The loss of the given rows (token sum / global token count), with its graph."""
+T = TypeVar("T")
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether model is an FSDP2 unit (shard_model's result)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
+def gathered(model: torch.nn.Module) -> Iterator[None]:
+    """Every rank holds the whole (unsharded) parameters inside, and forwards issue no
+    collective: ranks may run different numbers of forwards (their own rollouts), on the LM
+    directly. One all-gather in, the shards back out. A plain module: nothing to do."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not is_sharded(model):
+        yield
+        return
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True, recurse=False)  # shard_model's setting
+
+
+def gather_objects[T](value: T) -> list[T]:
+    """Every rank's value, in rank order (picklable values); [value] with one process."""
+    if world()[1] == 1:
+        return [value]
+    out: list[Any] = [None] * world()[1]
+    dist.all_gather_object(out, value)
+    return out
+
+
+def broadcast_object[T](value: T) -> T:
+    """Rank 0's value on every rank."""
+    if world()[1] == 1:
+        return value
+    box: list[Any] = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[no-any-return]
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing with one process)."""
+    if world()[1] > 1:
+        dist.barrier()
+
+
+MicroBatchLoss = Callable[[list[int]], tuple[torch.Tensor, dict[str, float]]]
+"""The loss of the given rows (token sum / global token count), with its graph, and metrics
+to sum over micro-batches and ranks."""
+
+
+def my_micro_batches(
+    lengths: Sequence[int],
+    token_budget: int,
+    *,
+    max_rows: int = 0,
+    device: torch.device | None = None,
+) -> list[list[int]]:
+    """This rank's share of the rows in token-budget micro-batches, padded with empty ones to
+    the count of the rank with the most (each pass is a collective under FSDP)."""
+    rank, size = world()
+    mine = split_balanced(lengths, size)[rank]
+    plan = token_budget_batches(mine, lengths, token_budget, max_rows=max_rows)
+    return pad_plan(plan, int(all_reduce(float(len(plan)), "max", device)))
 
 
 def backward_over_ranks(
@@ -124,24 +200,41 @@ def backward_over_ranks(
     token_budget: int,
     loss_of: MicroBatchLoss,
     *,
+    max_rows: int = 0,
     device: torch.device | None = None,
-) -> float:
+) -> dict[str, float]:
     """Backward of a mini-batch whose rows have these lengths, split over the ranks in
-    token-budget micro-batches; returns the mini-batch's loss (summed over ranks).
+    token-budget micro-batches; returns "loss" and loss_of's metrics, summed over micro-batches
+    and ranks.
 
     Every rank must call it with the same rows. A rank with fewer micro-batches than another
-    runs zero-weight passes on row 0, so that every rank joins every collective.
+    runs zero-weight passes on row 0 (their metrics dropped), so every rank joins every
+    collective.
     """
-    rank, size = world()
-    mine = split_balanced(lengths, size)[rank]
-    plan = token_budget_batches(mine, lengths, token_budget)
-    count = int(all_reduce(float(len(plan)), "max", device))
-    total = 0.0
-    for rows in pad_plan(plan, count):
-        loss = loss_of(rows) if rows else loss_of([0]) * 0.0
+    sums: dict[str, float] = {}
+    for rows in my_micro_batches(lengths, token_budget, max_rows=max_rows, device=device):
+        loss, metrics = loss_of(rows or [0])
+        if not rows:
+            loss = loss * 0.0
+            metrics = {}
         loss.backward()  # type: ignore[no-untyped-call]
-        total += float(loss.detach())
-    return all_reduce(total, "sum", device)
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + value
+    return sum_over_ranks(sums, device)
+
+
+def sum_over_ranks(
+    values: dict[str, float], device: torch.device | None = None
+) -> dict[str, float]:
+    """Each key's value summed over the ranks (keys any rank has; missing ones count 0)."""
+    if world()[1] == 1:
+        return values
+    keys = sorted({k for part in gather_objects(sorted(values)) for k in part})
+    tensor = torch.tensor([values.get(k, 0.0) for k in keys], dtype=torch.float64)
+    tensor = tensor.to(device or torch.device("cpu"))
+    dist.all_reduce(tensor)
+    return dict(zip(keys, tensor.tolist(), strict=True))
 
 
 def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -154,3 +247,9 @@ def full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         full = getattr(grad, "full_tensor", None)
         grads[name] = (full() if full is not None else grad).detach().cpu()
     return grads
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a shard (a collective: every rank calls it); a plain one as it is."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if full is not None else tensor

@@ -25,10 +25,11 @@ def split_balanced(lengths: Sequence[int], world_size: int) -> list[list[int]]:
 
 
 def token_budget_batches(
-    rows: Sequence[int], lengths: Sequence[int], token_budget: int
+    rows: Sequence[int], lengths: Sequence[int], token_budget: int, *, max_rows: int = 0
 ) -> list[list[int]]:
-    """rows split into micro-batches whose padded size (count x longest) fits token_budget;
-    a row longer than the budget goes alone. Rows of similar length share a micro-batch."""
+    """rows split into micro-batches whose padded size (count x longest) fits token_budget
+    and (max_rows > 0) whose count is at most max_rows; a row longer than the budget goes
+    alone. Rows of similar length share a micro-batch."""
     if token_budget < 1:
         raise ValueError("token_budget must be at least 1")
     batches: list[list[int]] = []
@@ -36,7 +37,8 @@ def token_budget_batches(
     longest = 0
     for row in sorted(rows, key=lambda r: (-lengths[r], r)):
         width = max(longest, lengths[row])
-        if current and width * (len(current) + 1) > token_budget:
+        full = bool(max_rows) and len(current) >= max_rows
+        if current and (full or width * (len(current) + 1) > token_budget):
             batches.append(current)
             current, width = [], lengths[row]
         current.append(row)

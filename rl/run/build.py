@@ -117,8 +117,11 @@ def build_policy(
     corpus: Iterator[str],
     *,
     checkpoint: Path | None = None,
+    device: torch.device | None = None,
+    save_tokenizer: bool = True,
 ) -> tuple[Any, Any]:
-    """(tokenizer, model) on the run's device: from the checkpoint when resuming, else new."""
+    """(tokenizer, model) on device (None: the config's): from the checkpoint when resuming,
+    else new (a tiny model's tokenizer saved to the run when save_tokenizer)."""
     m = config.model
     dtype = DTYPES[config.dtype]
     model: Any
@@ -136,7 +139,8 @@ def build_policy(
         from rl.run.tiny import build_model, build_tokenizer
 
         tokenizer = build_tokenizer(corpus, m.vocab_size)
-        tokenizer.save_pretrained(run_dir / "tokenizer")
+        if save_tokenizer:
+            tokenizer.save_pretrained(run_dir / "tokenizer")
         model = build_model(
             len(tokenizer),
             hidden_size=m.hidden_size,
@@ -150,7 +154,22 @@ def build_policy(
         ).to(dtype)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    return tokenizer, model.to(resolve_device(config.device))
+    return tokenizer, model.to(device or resolve_device(config.device))
+
+
+def build_trained(
+    config: TrainConfig, model: Any, device: torch.device, world_size: int
+) -> torch.nn.Module:
+    """The module the update trains: a LogProbModel over the LM, FSDP2-sharded over the
+    ranks under torchrun (bfloat16 forwards, float32 reductions on accelerators; float32 on
+    CPU, gloo)."""
+    from rl.logprobs import LogProbModel
+    from rl.parallel.distributed import shard_model
+
+    policy = LogProbModel(model, chunk_tokens=config.trainer.logprob_chunk_tokens)
+    if world_size > 1:
+        shard_model(policy, param_dtype=torch.bfloat16 if device.type != "cpu" else None)
+    return policy
 
 
 def tokenizer_corpus(
@@ -205,9 +224,12 @@ def build_engines(
     pad_id: int,
     amp: torch.dtype | None,
     model_path: str,
+    rank: int = 0,
 ) -> list[Engine]:
-    """The configured engines; transformers ones share the trainer's model, vLLM loads
-    model_path (the checkpoint's, when resuming)."""
+    """The configured engines (this rank's, under torchrun: seeded apart from the other
+    ranks'); transformers ones share the trainer's model, vLLM loads model_path (the
+    checkpoint's, when resuming)."""
+    seed = config.seed + 1009 * rank
     from rl.engines.hf import TransformersEngine
 
     engines: list[Engine] = []
@@ -222,7 +244,7 @@ def build_engines(
                     capacity_tokens=e.capacity_tokens,
                     max_cohorts=e.max_cohorts,
                     pad_token_id=pad_id,
-                    seed=config.seed + i,
+                    seed=seed + i,
                     autocast_dtype=amp,
                 )
             )
@@ -237,7 +259,7 @@ def build_engines(
                     gpu_memory_utilization=e.gpu_memory_utilization,
                     tensor_parallel_size=e.tensor_parallel_size,
                     bucket_mb=e.bucket_mb,
-                    seed=config.seed + i,
+                    seed=seed + i,
                 )
             )
     return engines

@@ -1,10 +1,15 @@
 """Checkpoints: what a run needs to go on exactly where it stopped, and which ones to keep.
 
 checkpoints/<tag>/ holds the model and tokenizer (transformers' save_pretrained), optimizer.pt
-(the GRPO optimizer and its schedule, when one exists), rng.pt (torch's generator and each
-engine's sampling generator) and state.json (the counters: global step, stage, step inside it,
+(the GRPO optimizer's whole state keyed by parameter name, and its schedule, when one exists),
+rng.pt (torch's generator and each engine's sampling generator; rng-rank<r>.pt for the other
+ranks under torchrun) and state.json (the counters: global step, stage, step inside it,
 the stage's problems after its filter, where its draw order stands, Resample-on-Correct's
-random state). Tags are `step-NNNNN` (every `checkpoint_every` RL steps; only the newest
+random state). Under torchrun the model and optimizer states are gathered whole to rank 0 and
+written in the one-process layout, so a run resumes on any number of ranks (rank r > 0 gets
+its own sampling generators back only when the checkpoint has rng-rank<r>.pt).
+
+Tags are `step-NNNNN` (every `checkpoint_every` RL steps; only the newest
 `keep_checkpoints` are kept) and `<stage>-end` (never pruned: each stage's result).
 """
 
@@ -61,32 +66,73 @@ def stale_checkpoints(tags: Sequence[str], keep: int) -> list[str]:
     return [t for _, t in steps[: max(len(steps) - keep, 0)]]
 
 
+def full_model_state(policy: torch.nn.Module) -> dict[str, Any]:
+    """The policy's whole weights on rank 0's CPU, by the LM's parameter names ({} elsewhere).
+    A collective under FSDP: every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(policy, options=options)
+    prefix = "lm."  # the LogProbModel around the LM
+    return {k.removeprefix(prefix): v for k, v in state.items()}
+
+
+def full_optimizer_state(policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+    """The optimizer's whole state on rank 0's CPU, keyed by parameter name (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_optimizer_state_dict(policy, optimizer, options=options)
+
+
+def load_optimizer_state(
+    policy: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Any
+) -> None:
+    """A whole optimizer state (full_optimizer_state's) into this rank's optimizer (its shard)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(
+        policy, optimizer, state, options=StateDictOptions(full_state_dict=True)
+    )
+
+
+def rng_file(rank: int) -> str:
+    """The random-state file of a rank."""
+    return "rng.pt" if rank == 0 else f"rng-rank{rank}.pt"
+
+
+def save_rank_rng(path: Path, rank: int, engine_rng: dict[str, torch.Tensor]) -> None:
+    """This rank's torch generator and engines' sampling generators."""
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save({"torch": torch.get_rng_state(), "engines": engine_rng}, path / rng_file(rank))
+
+
 def save_checkpoint(
     path: Path,
     *,
     model: Any,
+    model_state: dict[str, Any],
     tokenizer: Any,
     progress: Progress,
     rng: random.Random,
-    optimizer: torch.optim.Optimizer | None,
+    optimizer_state: Any,
     schedule: torch.optim.lr_scheduler.LRScheduler | None,
     warmup_steps: int,
-    engine_rng: dict[str, torch.Tensor],
 ) -> None:
-    """Write everything a resume needs under path (written last: state.json)."""
+    """Write the model (model_state, in model's layout), tokenizer, optimizer and counters
+    under path, state.json last (rank 0, after every rank's save_rank_rng)."""
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
+    model.save_pretrained(path, state_dict=model_state)
     tokenizer.save_pretrained(path)
-    if optimizer is not None and schedule is not None:
+    if optimizer_state is not None and schedule is not None:
         torch.save(
             {
-                "optimizer": optimizer.state_dict(),
+                "optimizer": optimizer_state,
                 "schedule": schedule.state_dict(),
                 "warmup_steps": warmup_steps,
             },
             path / "optimizer.pt",
         )
-    torch.save({"torch": torch.get_rng_state(), "engines": engine_rng}, path / "rng.pt")
     state = {**progress.as_dict(), "python_rng": _rng_to_json(rng.getstate())}
     # state.json last: a checkpoint without it was cut short and is not resumed from.
     (path / "state.json").write_text(json.dumps(state))
@@ -126,8 +172,9 @@ def latest_checkpoint(root: Path) -> Path | None:
     return best[1] if best else None
 
 
-def load_checkpoint(path: Path) -> Saved:
-    """Read a checkpoint's counters and states (the model is loaded by the builder)."""
+def load_checkpoint(path: Path, rank: int = 0) -> Saved:
+    """Read a checkpoint's counters and states, with rank's random states where it has them
+    (the model is loaded by the builder)."""
     s = json.loads((path / "state.json").read_text())
     progress = Progress(
         global_step=s["global_step"],
@@ -136,7 +183,10 @@ def load_checkpoint(path: Path) -> Saved:
         problems=s["problems"],
         order=s["order"],
     )
-    rng = torch.load(path / "rng.pt", weights_only=True)
+    own = path / rng_file(rank)
+    rng = torch.load(own if own.exists() else path / rng_file(0), weights_only=True)
+    if not own.exists():
+        rng["engines"] = {}  # rank 0's generators would repeat its samples
     optimizer_file = path / "optimizer.pt"
     optimizer = torch.load(optimizer_file, weights_only=True) if optimizer_file.exists() else None
     return Saved(

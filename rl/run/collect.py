@@ -3,11 +3,15 @@ its difficulty filter and `rl-sandbox eval`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+import torch
 
 from rl.data.tasks import Problem
 from rl.engines.base import Engine
+from rl.parallel.distributed import full_tensor, gather_objects, gathered, world
 from rl.reward.outcome import grade_responses
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import Codec, RolloutSettings, run_rollout
@@ -43,6 +47,47 @@ async def collect_rollouts(
     )
 
 
+def rank_share(groups: int, rank: int, world_size: int) -> list[int]:
+    """The groups (problems) a rank rolls out: every world_size-th from its rank, so each
+    rank gets a share of the step's prompts (equal up to one)."""
+    return list(range(rank, groups, world_size))
+
+
+async def rollouts_over_ranks(
+    policy: torch.nn.Module,
+    scheduler: RolloutScheduler[Trajectory],
+    tools: Executes,
+    codec: Codec,
+    template: PromptTemplate,
+    problems: Sequence[Problem],
+    n: int,
+    settings: RolloutSettings,
+    verifier: VerifierPool,
+    *,
+    fallback_to_last_boxed: bool,
+) -> tuple[list[Trajectory], list[float]]:
+    """n graded rollouts of each problem, group = problem's position, in group order.
+
+    Under torchrun each rank rolls out and grades its share of the problems (rank_share) with
+    its own engines, on the whole policy gathered from the shards, then the ranks exchange
+    them: every rank returns the same whole batch. One process: all of them, as it is.
+    """
+    rank, size = world()
+    share = rank_share(len(problems), rank, size)
+    with gathered(policy):
+        mine = await collect_rollouts(
+            scheduler, tools, codec, template, [problems[i] for i in share], n, settings
+        )
+    mine = [dataclasses.replace(t, group=share[t.group]) for t in mine]
+    truths = [problems[t.group].answer for t in mine]
+    correct = grade(verifier, mine, truths, fallback_to_last_boxed=fallback_to_last_boxed)
+    pairs = [
+        pair for part in gather_objects(list(zip(mine, correct, strict=True))) for pair in part
+    ]
+    pairs.sort(key=lambda pair: pair[0].group)  # stable: a group's rollouts keep their order
+    return [t for t, _ in pairs], [c for _, c in pairs]
+
+
 def grade(
     verifier: VerifierPool,
     trajectories: Sequence[Trajectory],
@@ -66,7 +111,14 @@ async def sync_engines(engines: Sequence[Any], model: Any) -> None:
     for engine in engines:
         sync = getattr(engine, "sync_weights", None)
         if sync is not None:
-            await sync(model.named_parameters())
+            await sync(full_named_parameters(model))
+
+
+def full_named_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The LM's parameters by name, whole: gathered from the shards under FSDP (a collective per
+    parameter, in the same order on every rank), as they are otherwise."""
+    for name, param in model.named_parameters():
+        yield name, full_tensor(param.detach())
 
 
 async def release_engine_memory(engines: Sequence[Any]) -> None:

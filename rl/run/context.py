@@ -13,6 +13,8 @@ import torch
 from rl.config import GRPOConfig
 from rl.data.tasks import Demonstration, Problem
 from rl.engines.base import Engine
+from rl.grpo import MicroBatching
+from rl.parallel.distributed import Topology
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import HFCodec, RolloutSettings
 from rl.rollout.scheduler import RolloutScheduler
@@ -33,6 +35,10 @@ class RunContext:
     template: PromptTemplate
     tokenizer: Any
     model: Any
+    """The causal LM (the engines' when they share it); under torchrun, sharded inside policy."""
+    policy: torch.nn.Module
+    """The trained module: a LogProbModel over model, FSDP2-sharded under torchrun."""
+    topology: Topology
     codec: HFCodec
     pad_id: int
     stop_token_ids: tuple[int, ...]
@@ -59,6 +65,11 @@ class RunContext:
             return contextlib.nullcontext()
         device = next(self.model.parameters()).device
         return torch.autocast(device.type, dtype=self.amp)
+
+    def batching(self) -> MicroBatching:
+        """The update's micro-batches, from the trainer config."""
+        t = self.config.trainer
+        return MicroBatching(t.micro_batch_tokens or 1 << 62, t.micro_batch_size)
 
     def rollout_settings(self, grpo: GRPOConfig) -> RolloutSettings:
         """Rollout limits of a stage."""

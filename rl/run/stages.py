@@ -17,13 +17,20 @@ from rl.data.order import DrawOrder
 from rl.data.tasks import Problem
 from rl.diagnostics import step_metrics
 from rl.grpo import final_rewards, policy_update, select_and_weigh
+from rl.parallel.distributed import barrier
 from rl.rollout.loop import RolloutSettings
-from rl.run.checkpoint import prune, save_checkpoint, step_tag
+from rl.run.checkpoint import (
+    full_model_state,
+    full_optimizer_state,
+    prune,
+    save_checkpoint,
+    save_rank_rng,
+    step_tag,
+)
 from rl.run.collect import (
-    collect_rollouts,
     engine_rng_states,
-    grade,
     release_engine_memory,
+    rollouts_over_ranks,
     sync_engines,
 )
 from rl.run.context import RunContext
@@ -33,20 +40,31 @@ from rl.sft import render_demonstrations, sft_step
 
 
 def checkpoint(ctx: RunContext, tag: str) -> None:
-    """Save the run's state under checkpoints/<tag>; prune the stale periodic ones."""
+    """Save the run's state under checkpoints/<tag>; prune the stale periodic ones.
+
+    Under torchrun every rank calls it: the whole model and optimizer state are gathered to
+    rank 0, which writes them; each rank writes its own random states.
+    """
     root = ctx.run_dir / "checkpoints"
-    save_checkpoint(
-        root / tag,
-        model=ctx.model,
-        tokenizer=ctx.tokenizer,
-        progress=ctx.progress,
-        rng=ctx.rng,
-        optimizer=ctx.optimizer,
-        schedule=ctx.schedule,
-        warmup_steps=ctx.warmup_steps,
-        engine_rng=engine_rng_states(ctx.engines),
-    )
-    prune(root, ctx.config.trainer.keep_checkpoints)
+    model_state = full_model_state(ctx.policy)
+    optimizer_state = full_optimizer_state(ctx.policy, ctx.optimizer) if ctx.optimizer else None
+    rank = ctx.topology.rank
+    save_rank_rng(root / tag, rank, engine_rng_states(ctx.engines))
+    barrier()  # every rank's random states are on disk before state.json marks it complete
+    if ctx.topology.is_main:
+        save_checkpoint(
+            root / tag,
+            model=ctx.model,
+            model_state=model_state,
+            tokenizer=ctx.tokenizer,
+            progress=ctx.progress,
+            rng=ctx.rng,
+            optimizer_state=optimizer_state,
+            schedule=ctx.schedule,
+            warmup_steps=ctx.warmup_steps,
+        )
+        prune(root, ctx.config.trainer.keep_checkpoints)
+    barrier()
 
 
 async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
@@ -61,7 +79,7 @@ async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
     )
     warmup = stage.warmup_steps if stage.warmup_steps is not None else -(-stage.steps // 25)
     optimizer, schedule = sft_optimizer(
-        ctx.model,
+        ctx.policy,
         lr=stage.learning_rate or grpo.learning_rate,
         weight_decay=grpo.weight_decay,
         warmup=warmup,
@@ -73,11 +91,12 @@ async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
         batch = [examples[i] for i in order.take(stage.batch_size)]
         with ctx.autocast():
             m = sft_step(
-                ctx.model,
+                ctx.policy,
                 optimizer,
                 batch,
                 pad_id=ctx.pad_id,
                 micro_batch_size=ctx.config.trainer.micro_batch_size,
+                micro_batch_tokens=ctx.config.trainer.micro_batch_tokens,
                 grad_clip=grpo.grad_clip,
             )
         line = {"stage": stage.name, "step": step, "lr": schedule.get_last_lr()[0], **m}
@@ -111,7 +130,8 @@ async def filter_problems(ctx: RunContext, stage: StageConfig) -> list[int]:
     rng = random.Random(f"{ctx.config.seed}:{stage.name}:filter")
     checked = problems_to_check(n, stage.filter_max_problems, rng)
     grpo = ctx.config.stage_grpo(stage)
-    trajectories = await collect_rollouts(
+    trajectories, correct = await rollouts_over_ranks(
+        ctx.policy,
         ctx.scheduler,
         ctx.tools,
         ctx.codec,
@@ -119,17 +139,16 @@ async def filter_problems(ctx: RunContext, stage: StageConfig) -> list[int]:
         [ctx.problems[i] for i in checked],
         stage.drop_solved_samples,
         ctx.rollout_settings(grpo),
-    )
-    truths = [ctx.problems[checked[t.group]].answer for t in trajectories]
-    correct = grade(
-        ctx.verifier, trajectories, truths, fallback_to_last_boxed=grpo.fallback_to_last_boxed
+        ctx.verifier,
+        fallback_to_last_boxed=grpo.fallback_to_last_boxed,
     )
     rewards = final_rewards(trajectories, correct)
     solved = [True] * len(checked)
     for t, r in zip(trajectories, rewards, strict=True):
         solved[t.group] = solved[t.group] and r > 0
     kept = after_filter(n, checked, solved)
-    print(f"[{stage.name}] filter: {n - len(kept)} of {len(checked)} checked always solved")
+    if ctx.topology.is_main:
+        print(f"[{stage.name}] filter: {n - len(kept)} of {len(checked)} checked always solved")
     if not kept:
         raise RuntimeError(f"stage {stage.name}: the filter dropped every problem")
     return kept
@@ -139,7 +158,7 @@ def start_grpo_optimizer(ctx: RunContext, grpo: GRPOConfig, stage: StageConfig) 
     """A fresh optimizer at the first GRPO stage (or on reset_optimizer), else a new base rate."""
     if ctx.optimizer is None or ctx.schedule is None or stage.reset_optimizer:
         ctx.optimizer, ctx.schedule = grpo_optimizer(
-            ctx.model,
+            ctx.policy,
             lr=grpo.learning_rate,
             weight_decay=grpo.weight_decay,
             warmup=grpo.warmup_steps,
@@ -190,8 +209,9 @@ async def grpo_step(
     """One RL step on a batch of problems; its metrics line (without the step counters)."""
     assert ctx.optimizer is not None and ctx.schedule is not None
     t0 = time.monotonic()
-    ctx.model.eval()
-    trajectories = await collect_rollouts(
+    ctx.policy.eval()
+    trajectories, correct = await rollouts_over_ranks(
+        ctx.policy,
         ctx.scheduler,
         ctx.tools,
         ctx.codec,
@@ -199,12 +219,10 @@ async def grpo_step(
         batch,
         grpo.rollouts_per_prompt,
         settings,
+        ctx.verifier,
+        fallback_to_last_boxed=grpo.fallback_to_last_boxed,
     )
     t1 = time.monotonic()
-    truths = [batch[t.group].answer for t in trajectories]
-    correct = grade(
-        ctx.verifier, trajectories, truths, fallback_to_last_boxed=grpo.fallback_to_last_boxed
-    )
     rewards = final_rewards(trajectories, correct)
     selection = select_and_weigh(trajectories, rewards, grpo, ctx.rng)
     t2 = time.monotonic()
@@ -214,13 +232,13 @@ async def grpo_step(
         await release_engine_memory(ctx.engines)
         with ctx.autocast():
             update = policy_update(
-                ctx.model,
+                ctx.policy,
                 ctx.optimizer,
                 [trajectories[i] for i in selection.kept],
                 selection.advantages,
                 grpo,
                 pad_id=ctx.pad_id,
-                micro_batch_size=ctx.config.trainer.micro_batch_size,
+                batching=ctx.batching(),
                 minibatches=ctx.config.trainer.minibatches,
                 recompute_old_logprobs=ctx.config.trainer.recompute_old_logprobs,
                 temperature=ctx.config.rollout.temperature,

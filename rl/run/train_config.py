@@ -156,7 +156,13 @@ class TrainerConfig:
     """How the update is computed."""
 
     micro_batch_size: int = 16
-    """Sequences per forward/backward (gradients accumulate over a step's micro-batches)."""
+    """Sequences per forward/backward at most (gradients accumulate over a step's
+    micro-batches); under torchrun, per rank."""
+    micro_batch_tokens: int = 0
+    """Padded tokens (rows x longest prompt + response) per forward/backward at most, so long
+    rollouts go a few at a time and short ones many (0: no token bound)."""
+    logprob_chunk_tokens: int = 1024
+    """Response positions whose vocabulary logits exist at once per row (rl.logprobs)."""
     minibatches: int = 1
     """Optimizer steps per RL step, over disjoint parts of the kept rollouts (release: 1)."""
     recompute_old_logprobs: bool = True
@@ -408,6 +414,10 @@ def _check(config: TrainConfig, source: str) -> None:
             engine.kind == "transformers" and engine.capacity_tokens == 0
         ):
             problems.append(f"rollout.engines[{i}].capacity_tokens: must be positive")
+    if config.trainer.logprob_chunk_tokens < 1:
+        problems.append("trainer: logprob_chunk_tokens must be at least 1")
+    if config.trainer.micro_batch_tokens < 0:
+        problems.append("trainer: micro_batch_tokens must be 0 (no bound) or positive")
     if config.trainer.micro_batch_size < 1 or config.trainer.minibatches < 1:
         problems.append("trainer: micro_batch_size and minibatches must be at least 1")
     if problems:

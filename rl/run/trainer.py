@@ -5,6 +5,13 @@ sandbox client (and a private service when no URL is given), the verifier and th
 then runs each stage (rl.run.stages) and checkpoints at its end. A resumed run rebuilds the same
 context from its latest checkpoint and goes on from the step after it.
 
+Under torchrun (`torchrun --nproc-per-node N -m rl.cli train --config FILE`, or N nodes) the
+same code runs on every rank: the policy is FSDP2-sharded over the ranks, each rank rolls out
+and grades its share of each step's prompts with its own engines and the ranks exchange the
+graded rollouts, every rank takes the same update over a share of the rows (rl.grpo), and
+rank 0 writes logs and checkpoints (the other ranks log to rank<r>/). Rank 0 starts the
+private service when no URL is given (one node only: set sandbox.url across nodes).
+
 Outputs, in runs/<name>/: config.toml (a copy), metrics.jsonl (one line per RL step), sft.jsonl
 (one line per SFT step), samples.jsonl (two rollouts per RL step), checkpoints/, tokenizer/
 (tiny models), sandbox.log (private service), tensorboard/ and wandb/ (when enabled),
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -24,12 +32,25 @@ from typing import Any
 
 import torch
 
+from rl.parallel.distributed import (
+    Topology,
+    all_reduce,
+    barrier,
+    broadcast_object,
+    init_from_env,
+)
 from rl.reward.outcome import verifier_from_config
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import HFCodec
 from rl.rollout.scheduler import RolloutScheduler
 from rl.run import build
-from rl.run.checkpoint import Progress, Saved, latest_checkpoint, load_checkpoint
+from rl.run.checkpoint import (
+    Progress,
+    Saved,
+    latest_checkpoint,
+    load_checkpoint,
+    load_optimizer_state,
+)
 from rl.run.collect import sync_engines
 from rl.run.context import RunContext
 from rl.run.optim import grpo_optimizer
@@ -64,20 +85,36 @@ def build_context(
     verifier: VerifierPool,
     records: Recorder,
     saved: Saved | None,
+    topology: Topology | None = None,
 ) -> RunContext:
-    """Every part of a run, new or (saved given) as its checkpoint left it."""
+    """Every part of a run, new or (saved given) as its checkpoint left it; this rank's."""
+    topology = topology or init_from_env()
     template = build.build_template(config)
     problems, demos = build.load_task(config)
     corpus = build.tokenizer_corpus(config, template, problems, demos)
+    device = topology.device if topology.world_size > 1 else build.resolve_device(config.device)
     tokenizer, model = build.build_policy(
-        config, run_dir, corpus, checkpoint=saved.path if saved else None
+        config,
+        run_dir,
+        corpus,
+        checkpoint=saved.path if saved else None,
+        device=device,
+        save_tokenizer=topology.is_main,
     )
+    _check_same_vocabulary(tokenizer)
+    policy = build.build_trained(config, model, device, topology.world_size)
     problems = build.cap_prompt_length(problems, template, tokenizer, config.task.max_prompt_tokens)
     pad_id = build.pad_token_id(tokenizer)
     amp = build.DTYPES[config.amp_dtype] if config.amp_dtype else None
     model_path = str(saved.path) if saved else config.model.path
     engines = build.build_engines(
-        config, model, tokenizer, pad_id=pad_id, amp=amp, model_path=model_path
+        config,
+        model,
+        tokenizer,
+        pad_id=pad_id,
+        amp=amp,
+        model_path=model_path,
+        rank=topology.rank,
     )
     scheduler: RolloutScheduler[Trajectory] = RolloutScheduler(engines)
     ctx = RunContext(
@@ -86,6 +123,8 @@ def build_context(
         template=template,
         tokenizer=tokenizer,
         model=model,
+        policy=policy,
+        topology=topology,
         codec=HFCodec(tokenizer),
         pad_id=pad_id,
         stop_token_ids=build.stop_token_ids(tokenizer, template),
@@ -105,6 +144,15 @@ def build_context(
     return ctx
 
 
+def _check_same_vocabulary(tokenizer: Any) -> None:
+    """Ranks exchange rollouts as token ids: their tokenizers must agree (a tiny model's is
+    trained on each rank from the same text)."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    digest = float(int.from_bytes(hashlib.sha256(repr(vocab).encode()).digest()[:6], "big"))
+    if all_reduce(digest, "max") != digest:
+        raise RuntimeError("the ranks built different tokenizers")
+
+
 def restore(ctx: RunContext, saved: Saved) -> None:
     """Counters, random states and the GRPO optimizer from a checkpoint (model already loaded)."""
     ctx.progress = saved.progress
@@ -119,9 +167,9 @@ def restore(ctx: RunContext, saved: Saved) -> None:
         # lr and weight decay come back with the state dict; the warm-up with the schedule.
         ctx.warmup_steps = int(saved.optimizer["warmup_steps"])
         ctx.optimizer, ctx.schedule = grpo_optimizer(
-            ctx.model, lr=1.0, weight_decay=0.0, warmup=ctx.warmup_steps
+            ctx.policy, lr=1.0, weight_decay=0.0, warmup=ctx.warmup_steps
         )
-        ctx.optimizer.load_state_dict(saved.optimizer["optimizer"])
+        load_optimizer_state(ctx.policy, ctx.optimizer, saved.optimizer["optimizer"])
         ctx.schedule.load_state_dict(saved.optimizer["schedule"])
 
 
@@ -136,7 +184,8 @@ async def run_stages(ctx: RunContext) -> None:
             continue  # the checkpoint was this stage's end
         if not resumed:
             ctx.progress.stage_index, ctx.progress.stage_step = index, 0
-        print(f"[{stage.name}] {stage.kind}: {stage.steps} steps", flush=True)
+        if ctx.topology.is_main:
+            print(f"[{stage.name}] {stage.kind}: {stage.steps} steps", flush=True)
         if stage.kind == "sft":
             await sft_stage(ctx, stage)
             await sync_engines(ctx.engines, ctx.model)  # else GRPO's first rollouts are pre-SFT
@@ -154,25 +203,33 @@ def train(
     config_text: str | None = None,
     resume: bool = False,
 ) -> Path:
-    """Run every stage of config (or, resume, the rest of them); returns the run directory."""
+    """Run every stage of config (or, resume, the rest of them); returns the run directory.
+
+    Under torchrun every rank calls it (rank 0 writes the run's files)."""
+    topology = init_from_env()
     run_dir = run_dir or Path(config.runs_dir) / config.name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if config_text is not None:
-        (run_dir / "config.toml").write_text(config_text)
+    main = topology.is_main
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if config_text is not None:
+            (run_dir / "config.toml").write_text(config_text)
+    barrier()
     saved = None
     if resume:
         found = latest_checkpoint(run_dir / "checkpoints")
         if found is None:
             raise FileNotFoundError(f"{run_dir}: no complete checkpoint to resume from")
-        saved = load_checkpoint(found)
-        print(f"resuming from {found.name} (RL step {saved.progress.global_step})", flush=True)
+        saved = load_checkpoint(found, topology.rank)
+        if main:
+            step = saved.progress.global_step
+            print(f"resuming from {found.name} (RL step {step})", flush=True)
     torch.manual_seed(config.seed)
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         url = config.sandbox.url
-        if not url:
+        if not url and main:
             from rl.run.local_service import LocalService
 
             service = LocalService(
@@ -182,13 +239,20 @@ def train(
             )
             stack.enter_context(service)
             url = service.url
+        url = broadcast_object(url)
+        stack.callback(barrier)  # rank 0's service outlives every rank's last call
         verifier = stack.enter_context(verifier_from_config(config.grpo))
-        records = stack.enter_context(Recorder(run_dir, _sinks(config, run_dir), progress=progress))
+        log_dir = run_dir if main else run_dir / f"rank{topology.rank}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        sinks = _sinks(config, run_dir) if main else []
+        records = stack.enter_context(Recorder(log_dir, sinks, progress=progress and main))
         if saved is None:
             records.start_fresh()
         else:
             records.keep_only(*_kept_lines(config, saved.progress))
-        global_steps = asyncio.run(_run(config, run_dir, url, verifier, records, saved))
+        global_steps = asyncio.run(_run(config, run_dir, url, verifier, records, saved, topology))
+    if not main:
+        return run_dir
     summary = {"duration_s": time.monotonic() - started, "global_steps": global_steps}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if config.plot and records.metrics_path.exists():
@@ -219,6 +283,7 @@ async def _run(
     verifier: VerifierPool,
     records: Recorder,
     saved: Saved | None,
+    topology: Topology,
 ) -> int:
     env = config.sandbox.api_key_env
     client = SandboxClient(
@@ -227,7 +292,7 @@ async def _run(
         max_batch_size=config.sandbox.max_batch_size,
         max_wait_s=config.sandbox.max_wait_s,
     )
-    ctx = build_context(config, run_dir, client, verifier, records, saved)
+    ctx = build_context(config, run_dir, client, verifier, records, saved, topology)
     try:
         async with client:
             await run_stages(ctx)
@@ -273,6 +338,13 @@ def train_command(
     except FileNotFoundError as exc:
         print(f"error: {exc}")
         return 2
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     summary = json.loads((out / "summary.json").read_text())
     print(f"run directory: {out}")

@@ -1,24 +1,54 @@
-"""One rank of the gloo FSDP test (run by torchrun from test_rl_fsdp.py), or the whole batch in
-one process when started without torchrun: the same rows, the same loss, its gradients saved."""
+"""One rank of the gloo FSDP tests (run by torchrun from test_rl_fsdp.py), or the whole batch in
+one process when started without torchrun: the same rows, the same loss, the results saved.
+
+Modes: `grads` (one backward over the ranks: the loss and every gradient), `update` (the
+trainer's update path: the policy built as the trainer builds it, one SFT step, then a GRPO
+policy_update of two mini-batches in token-budget micro-batches with AdamW: the metrics and
+every parameter after it).
+"""
 
 from __future__ import annotations
 
+import random
 import sys
 
 import torch
 import torch.distributed as dist
 
+from rl.config import GRPOConfig
+from rl.grpo import MicroBatching, policy_update
 from rl.logprobs import LogProbModel, pad_responses
 from rl.loss import policy_loss
 from rl.parallel.distributed import (
     backward_over_ranks,
     full_gradients,
+    full_tensor,
     init_from_env,
     shard_model,
 )
+from rl.run.build import build_trained
+from rl.run.checkpoint import full_model_state
+from rl.run.optim import grpo_optimizer, sft_optimizer
 from rl.run.tiny import build_model
+from rl.run.train_config import config_from_dict
+from rl.sft import SFTExample, sft_step
+from rl.trajectory import Trajectory
 
 VOCAB = 300
+
+
+def tiny_lm() -> torch.nn.Module:
+    return build_model(
+        VOCAB,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=64,
+        max_positions=128,
+        eos_token_id=1,
+        pad_token_id=0,
+        seed=0,
+    )
 
 
 def rows() -> tuple[list[list[int]], list[list[int]], list[float]]:
@@ -33,27 +63,20 @@ def rows() -> tuple[list[list[int]], list[list[int]], list[float]]:
     return prompts, responses, advantages
 
 
-def main(out: str, sharded: bool) -> None:
+def masks_of(responses: list[list[int]]) -> list[list[int]]:
+    return [[int(j % 3 != 2) for j in range(len(r))] for r in responses]  # some tokens untrained
+
+
+def grads(out: str, sharded: bool) -> None:
     topology = init_from_env()
-    lm = build_model(
-        VOCAB,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        intermediate_size=64,
-        max_positions=128,
-        eos_token_id=1,
-        pad_token_id=0,
-        seed=0,
-    )
-    model = LogProbModel(lm, chunk_tokens=4)
+    model = LogProbModel(tiny_lm(), chunk_tokens=4)
     if sharded:
         shard_model(model)
     prompts, responses, advantages = rows()
-    masks = [[int(j % 3 != 2) for j in range(len(r))] for r in responses]  # some tokens untrained
+    masks = masks_of(responses)
     total_tokens = sum(map(sum, masks))
 
-    def loss_of(picked: list[int]) -> torch.Tensor:
+    def loss_of(picked: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
         batch = pad_responses(
             [prompts[i] for i in picked],
             [responses[i] for i in picked],
@@ -63,16 +86,69 @@ def main(out: str, sharded: bool) -> None:
         logp = model(batch, 0.7)
         adv = torch.tensor([advantages[i] for i in picked])
         loss, _ = policy_loss(logp, logp.detach(), adv, batch.loss_mask, num_tokens=total_tokens)
-        return loss
+        return loss, {"rows": float(len(picked))}
 
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
-    loss = backward_over_ranks(lengths, 24, loss_of)  # a few rows per micro-batch
-    grads = full_gradients(model)
+    sums = backward_over_ranks(lengths, 24, loss_of)  # a few rows per micro-batch
+    result = {"loss": sums["loss"], "rows": sums["rows"], "grads": full_gradients(model)}
     if topology.is_main:
-        torch.save({"loss": loss, "grads": grads, "world": topology.world_size}, out)
-    if dist.is_initialized():
-        dist.destroy_process_group()
+        torch.save({**result, "world": topology.world_size}, out)
+
+
+def update(out: str) -> None:
+    topology = init_from_env()
+    config = config_from_dict(
+        {
+            "name": "fsdp",
+            "trainer": {"micro_batch_tokens": 30, "micro_batch_size": 3, "minibatches": 2},
+            "grpo": {"max_response_tokens": 64},
+            "stages": [{"name": "rl", "kind": "grpo", "steps": 1}],
+        }
+    )
+    policy = build_trained(config, tiny_lm(), topology.device, topology.world_size)
+    prompts, responses, advantages = rows()
+    masks = masks_of(responses)
+    # SFT: one step of token-mean NLL over every example.
+    examples = [SFTExample(p, r, m) for p, r, m in zip(prompts, responses, masks, strict=True)]
+    sft_opt, _ = sft_optimizer(policy, lr=1e-2, weight_decay=0.0, warmup=1, total=1)
+    sft = sft_step(policy, sft_opt, examples, pad_id=0, micro_batch_size=3, micro_batch_tokens=30)
+    # GRPO: old log-probs recomputed, two mini-batches of whole groups in a shuffled order.
+    g = torch.Generator().manual_seed(3)
+    trajectories = [
+        Trajectory(
+            p,
+            r,
+            m,
+            (torch.rand(len(r), generator=g) * -2).tolist(),
+            group=i // 2,
+        )
+        for i, (p, r, m) in enumerate(zip(prompts, responses, masks, strict=True))
+    ]
+    optimizer, _ = grpo_optimizer(policy, lr=1e-2, weight_decay=0.01, warmup=0)
+    metrics = policy_update(
+        policy,
+        optimizer,
+        trajectories,
+        advantages,
+        GRPOConfig(),
+        pad_id=0,
+        batching=MicroBatching(config.trainer.micro_batch_tokens, config.trainer.micro_batch_size),
+        minibatches=config.trainer.minibatches,
+        temperature=0.7,
+        rng=random.Random(5),
+    )
+    params = {n: full_tensor(p.detach()).cpu() for n, p in policy.named_parameters()}
+    state = full_model_state(policy)
+    if topology.is_main:
+        result = {"sft": sft, "metrics": metrics, "params": params, "state_keys": sorted(state)}
+        torch.save({**result, "world": topology.world_size}, out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sharded="--fsdp" in sys.argv)
+    mode, path = sys.argv[1], sys.argv[2]
+    if mode == "grads":
+        grads(path, sharded="--fsdp" in sys.argv)
+    else:
+        update(path)
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,8 +1,11 @@
-"""FSDP2 on 2 CPU processes (gloo, under torchrun) gives the loss and gradients of 1 process."""
+"""FSDP2 on 2 CPU processes (gloo, under torchrun) gives the loss, gradients and update of 1
+process on the same batch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,26 +20,149 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 
 
-def _run(args: list[str], tmp_path: Path) -> None:
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid (torchrun starts its workers in sessions of their own, so its
+    process group alone does not reach them)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the launcher and everything it started (workers stuck in a collective would
+    otherwise outlive the test)."""
+    for pid in [*descendants(proc.pid), proc.pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_tree(args: list[str], cwd: Path, timeout_s: float = 240) -> None:
+    """Run args to completion; on a failure or timeout, kill its whole tree and say why."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    env.pop("WORLD_SIZE", None)
-    subprocess.run(args, check=True, env=env, cwd=tmp_path, timeout=240)
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    log = cwd / f"run-{len(list(cwd.glob('run-*.log')))}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except BaseException:
+            kill_tree(proc)
+            raise
+        finally:
+            if proc.poll() is None:
+                kill_tree(proc)
+    if code != 0:
+        tail = log.read_text(errors="replace")[-4000:]
+        raise AssertionError(f"{args[-3:]} exited {code}:\n{tail}")
+
+
+def _run(args: list[str], tmp_path: Path) -> None:
+    run_tree(args, tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(540)
 def test_two_gloo_ranks_give_the_loss_and_gradients_of_one_process(tmp_path: Path) -> None:
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    _run([sys.executable, str(WORKER), str(one)], tmp_path)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    _run([*torchrun, "--standalone", str(WORKER), str(two), "--fsdp"], tmp_path)
+    _run([sys.executable, str(WORKER), "grads", str(one)], tmp_path)
+    _run([*TORCHRUN, "2", str(WORKER), "grads", str(two), "--fsdp"], tmp_path)
     single, sharded = torch.load(one), torch.load(two)
     assert (single["world"], sharded["world"]) == (1, 2)
     assert abs(single["loss"] - sharded["loss"]) < 1e-6
+    assert single["rows"] == sharded["rows"] == 8  # each row once, padding passes not counted
     assert set(single["grads"]) == set(sharded["grads"]) and single["grads"]
     for name, grad in single["grads"].items():
         assert torch.allclose(grad, sharded["grads"][name], atol=1e-6, rtol=1e-4), name
     assert any(float(g.abs().sum()) > 0 for g in single["grads"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(540)
+def test_the_trainers_sft_and_grpo_update_on_two_gloo_ranks_equal_one_process(
+    tmp_path: Path,
+) -> None:
+    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
+    _run([sys.executable, str(WORKER), "update", str(one)], tmp_path)
+    _run([*TORCHRUN, "2", str(WORKER), "update", str(two)], tmp_path)
+    single, sharded = torch.load(one), torch.load(two)
+    assert (single["world"], sharded["world"]) == (1, 2)
+    for part in ("sft", "metrics"):
+        assert single[part].keys() == sharded[part].keys(), part
+        for key, value in single[part].items():
+            assert sharded[part][key] == pytest.approx(value, rel=1e-4, abs=1e-6), (part, key)
+    assert single["metrics"]["optimizer_steps"] == 2
+    assert single["metrics"]["loss"] != 0.0
+    assert single["params"].keys() == sharded["params"].keys()
+    moved = 0
+    initial = LogProbModel(_tiny()).state_dict()
+    for name, param in single["params"].items():
+        assert torch.allclose(param, sharded["params"][name], atol=1e-5, rtol=1e-4), name
+        moved += not torch.equal(param, initial[name])
+    # Every parameter took the steps (an untouched one would prove nothing about its shards).
+    assert moved == len(single["params"])
+    # The checkpoint's whole state dict: the LM's own names, from one process or two.
+    assert single["state_keys"] == sharded["state_keys"] == sorted(_tiny().state_dict())
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_torchrun_leaves_no_worker_behind(tmp_path: Path) -> None:
+    # Both ranks hang (as in a collective that never completes) past the harness's timeout:
+    # it must kill them, not only the launcher (the workers run in sessions of their own).
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import os, time\n"
+        "print(os.getpid(), flush=True)\n"
+        "open(f'pid-{os.environ[\"RANK\"]}', 'w').write(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_tree([*TORCHRUN, "2", str(script)], tmp_path, timeout_s=20)
+    pids = [int((tmp_path / f"pid-{r}").read_text()) for r in (0, 1)]
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid), pid
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def _tiny() -> torch.nn.Module:
+    from rl.run.tiny import build_model
+
+    return build_model(
+        300,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=64,
+        max_positions=128,
+        eos_token_id=1,
+        pad_token_id=0,
+        seed=0,
+    )
 
 
 def test_chunked_logprobs_equal_a_full_log_softmax() -> None:
