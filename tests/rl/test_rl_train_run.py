@@ -126,6 +126,10 @@ NO_SANDBOX = "http://127.0.0.1:9"
 
 
 def resume_config(tmp_path: Path) -> TrainConfig:
+    return config_from_dict(resume_settings(tmp_path))
+
+
+def resume_settings(tmp_path: Path) -> dict[str, Any]:
     # One turn per rollout and no tool in the demonstrations: no tool call is run, so every
     # rollout of a step is prefilled in one cohort and the run is a function of its seeds (tool
     # latencies would reshape the cohorts). So no sandbox either.
@@ -144,42 +148,40 @@ def resume_config(tmp_path: Path) -> TrainConfig:
             for n, t in zip(numbers, turns, strict=True)
         )
     )
-    return config_from_dict(
-        {
-            "name": "resume",
-            "device": "cpu",
-            "plot": False,
-            "sandbox": {"url": NO_SANDBOX},
-            "model": {
-                "hidden_size": 64,
-                "num_layers": 2,
-                "num_heads": 2,
-                "intermediate_size": 128,
-                "vocab_size": 400,
-            },
-            # Parities answered directly, with demonstrations that answer 0 or 1 at random: the
-            # policy guesses, so groups hold both rewards and the steps do update.
-            "task": {"kind": "jsonl", "train_file": str(problems), "sft_file": str(demos)},
-            "template": {"system": "Use the tool.", "user_prefix": "", "include_tools": False},
-            "rollout": {"engines": [{"capacity_tokens": 8192}]},
-            "trainer": {"checkpoint_every": 1, "keep_checkpoints": 10, "minibatches": 2},
-            "grpo": {
-                "group_size": 2,
-                "oversample": 2,
-                "min_pos": 0,
-                "min_neg": 0,
-                "prompts_per_step": 3,
-                "max_turns": 1,
-                "max_response_tokens": 40,
-                "verify_workers": 1,
-                "learning_rate": 1e-3,
-            },
-            "stages": [
-                {"name": "sft", "kind": "sft", "steps": 60, "batch_size": 8, "learning_rate": 1e-2},
-                {"name": "rl", "kind": "grpo", "steps": 4, "warmup_steps": 3},
-            ],
-        }
-    )
+    return {
+        "name": "resume",
+        "device": "cpu",
+        "plot": False,
+        "sandbox": {"url": NO_SANDBOX},
+        "model": {
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_heads": 2,
+            "intermediate_size": 128,
+            "vocab_size": 400,
+        },
+        # Parities answered directly, with demonstrations that answer 0 or 1 at random: the
+        # policy guesses, so groups hold both rewards and the steps do update.
+        "task": {"kind": "jsonl", "train_file": str(problems), "sft_file": str(demos)},
+        "template": {"system": "Use the tool.", "user_prefix": "", "include_tools": False},
+        "rollout": {"engines": [{"capacity_tokens": 8192}]},
+        "trainer": {"checkpoint_every": 1, "keep_checkpoints": 10, "minibatches": 2},
+        "grpo": {
+            "group_size": 2,
+            "oversample": 2,
+            "min_pos": 0,
+            "min_neg": 0,
+            "prompts_per_step": 3,
+            "max_turns": 1,
+            "max_response_tokens": 40,
+            "verify_workers": 1,
+            "learning_rate": 1e-3,
+        },
+        "stages": [
+            {"name": "sft", "kind": "sft", "steps": 60, "batch_size": 8, "learning_rate": 1e-2},
+            {"name": "rl", "kind": "grpo", "steps": 4, "warmup_steps": 3},
+        ],
+    }
 
 
 def comparable(line: dict[str, Any]) -> dict[str, Any]:
