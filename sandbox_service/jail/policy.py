@@ -29,35 +29,110 @@ VENV_IN_JAIL = "/opt/rl-sandbox/venv"
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
-# Calls that let a program leave or widen its jail, or reach into the kernel: the process is
-# killed (SIGSYS), which the API reports as `killed`. clone3 answers ENOSYS so that libc falls
-# back to clone(), whose namespace flags seccomp can see and refuse; io_uring bypasses seccomp.
-SECCOMP_POLICY = """
-#define CLONE_NEW_ANY 0x7e020080
-POLICY rl_sandbox {
-  KILL_PROCESS {
-    ptrace, process_vm_readv, process_vm_writev, kcmp,
-    mount, umount, pivot_root, chroot, move_mount, open_tree, fsopen, fsconfig, fsmount,
-    fspick, mount_setattr,
-    unshare, setns,
-    bpf, perf_event_open, userfaultfd,
-    keyctl, add_key, request_key,
-    kexec_load, kexec_file_load, init_module, finit_module, delete_module,
-    reboot, swapon, swapoff, acct, quotactl, quotactl_fd,
-    settimeofday, clock_settime, clock_adjtime, adjtimex, sethostname, setdomainname,
-    syslog, lookup_dcookie, open_by_handle_at, name_to_handle_at,
-    fanotify_init, iopl, ioperm, vhangup, nfsservctl, uselib, personality,
-    clone { (clone_flags & CLONE_NEW_ANY) != 0 },
-    prlimit64 { pid != 0 }
-  },
-  ERRNO(38) {
-    clone3, io_uring_setup, io_uring_enter, io_uring_register,
-    msgget, msgsnd, msgrcv, msgctl, shmget, shmat, shmdt, shmctl,
-    semget, semop, semtimedop, semctl,
-    mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr
-  }
-}
-USE rl_sandbox DEFAULT ALLOW
+
+# Default deny: the calls CPython, numpy, scipy, sympy, matplotlib (Agg), multiprocessing,
+# threads, subprocesses of the interpreter and loopback sockets make (found with strace -f of
+# such programs in the jail, docs/security.md), plus their close relatives (the *at, v and 64
+# forms, the legacy x86-64 names). Everything else fails with an errno, never a kill, so that the
+# program gets an ordinary Python exception and the jail keeps serving:
+# - the calls that leave or widen a jail, or reach into the kernel, answer EPERM;
+# - clone3 and io_uring answer ENOSYS (libc falls back to clone, whose namespace flags seccomp
+#   can see; io_uring would bypass seccomp), and so do SysV IPC and POSIX message queues (no IPC
+#   object may outlive a run);
+# - any other call answers ENOSYS, as a kernel without it would: libc and runtimes fall back on
+#   ENOSYS (and only on it) to older calls that are allowed.
+def _calls(names: str) -> tuple[str, ...]:
+    return tuple(names.split())
+
+
+SECCOMP_DENIED_EPERM = _calls(
+    "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd "
+    "mount umount pivot_root chroot move_mount open_tree fsopen fsconfig fsmount fspick "
+    "mount_setattr unshare setns "
+    "bpf perf_event_open userfaultfd keyctl add_key request_key "
+    "kexec_load kexec_file_load init_module finit_module delete_module "
+    "reboot swapon swapoff acct quotactl quotactl_fd "
+    "settimeofday clock_settime clock_adjtime adjtimex sethostname setdomainname "
+    "syslog lookup_dcookie open_by_handle_at name_to_handle_at fanotify_init "
+    "iopl ioperm vhangup personality"
+)
+SECCOMP_DENIED_ENOSYS = _calls(
+    "clone3 io_uring_setup io_uring_enter io_uring_register "
+    "msgget msgsnd msgrcv msgctl shmget shmat shmdt shmctl semget semop semtimedop semctl "
+    "mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr"
+)
+SECCOMP_ALLOWED = _calls(
+    # files and descriptors
+    "read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 "
+    "open openat openat2 creat close close_range lseek dup dup2 dup3 fcntl flock ioctl "
+    "newstat newfstat newlstat newfstatat statx statfs fstatfs "
+    "access faccessat faccessat2 readlink readlinkat getdents getdents64 "
+    "mkdir mkdirat rmdir unlink unlinkat rename renameat renameat2 "
+    "link linkat symlink symlinkat mknod mknodat "
+    "chmod fchmod fchmodat chown fchown lchown fchownat "
+    "truncate ftruncate fsync fdatasync sync_file_range fallocate fadvise64 readahead "
+    "utime utimes utimensat futimesat chdir fchdir getcwd umask "
+    "pipe pipe2 sendfile64 copy_file_range splice tee memfd_create "
+    "getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr "
+    "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr "
+    "inotify_init inotify_init1 inotify_add_watch inotify_rm_watch "
+    # memory
+    "brk mmap munmap mprotect mremap madvise msync mincore "
+    "mbind get_mempolicy set_mempolicy membarrier "
+    # processes and threads
+    "clone fork vfork execve execveat exit exit_group wait4 waitid "
+    "kill tkill tgkill pidfd_open pidfd_send_signal "
+    "getpid getppid gettid getuid geteuid getgid getegid getresuid getresgid getgroups capget "
+    "setsid setpgid getpgid getpgrp getsid prctl arch_prctl "
+    "set_tid_address set_robust_list rseq futex futex_waitv "
+    "sched_yield sched_getaffinity sched_setaffinity sched_getparam sched_getscheduler "
+    "sched_get_priority_max sched_get_priority_min sched_rr_get_interval "
+    "getpriority setpriority getrlimit setrlimit prlimit64 getrusage "
+    # time and signals
+    "nanosleep clock_nanosleep clock_gettime clock_getres gettimeofday time times "
+    "sysinfo newuname getcpu getrandom restart_syscall "
+    "rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigtimedwait rt_sigsuspend "
+    "rt_sigqueueinfo rt_tgsigqueueinfo sigaltstack pause alarm setitimer getitimer "
+    "timer_create timer_settime timer_gettime timer_getoverrun timer_delete "
+    "timerfd_create timerfd_settime timerfd_gettime signalfd signalfd4 eventfd eventfd2 "
+    # waiting
+    "select pselect6 poll ppoll epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait "
+    "epoll_pwait2 "
+    # sockets (the network namespace holds only loopback)
+    "socketpair bind listen accept accept4 connect getsockname getpeername "
+    "sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg shutdown setsockopt getsockopt"
+)
+_CLONE_NEW_ANY = 0x7E020080
+"""CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME."""
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
+"""Socket families a program may open; netlink only as NETLINK_ROUTE (0), for the interface
+list (socket.if_nameindex): packet, vsock, bluetooth, the other netlink families... are the
+kernel's attack surface and nothing a program here needs."""
+_AF_NETLINK = 16
+
+
+def seccomp_policy() -> str:
+    """The jail's kafel policy: the allow-list above, first matching rule wins."""
+    families = " || ".join(f"family == {number}" for number in SOCKET_FAMILIES.values())
+    return f"""
+POLICY rl_sandbox {{
+  ERRNO(1) {{
+    clone {{ (clone_flags & {_CLONE_NEW_ANY:#x}) != 0 }},
+    prlimit64 {{ pid != 0 }},
+    {", ".join(SECCOMP_DENIED_EPERM)}
+  }},
+  ERRNO(38) {{
+    {", ".join(SECCOMP_DENIED_ENOSYS)}
+  }},
+  ALLOW {{
+    socket(family, type, protocol) {{ {families} || (family == {_AF_NETLINK} && protocol == 0) }},
+    {", ".join(SECCOMP_ALLOWED)}
+  }},
+  ERRNO(97) {{
+    socket
+  }}
+}}
+USE rl_sandbox DEFAULT ERRNO(38)
 """
 
 
@@ -197,7 +272,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         _scratch("/mnt", layout.tmp_size_mb, "1777"),
         _scratch("/dev/shm", min(layout.tmp_size_mb, 64), "1777"),
     ]
-    cfg.seccomp_string = [SECCOMP_POLICY]
+    cfg.seccomp_string = [seccomp_policy()]
 
     args = ["-I", "-B", ZYGOTE_PATH_IN_JAIL, "--control-fd", str(layout.control_fd)]
     if layout.preload:
