@@ -15,13 +15,14 @@ from typing import Annotated
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import sandbox_service
 from sandbox_service import verification
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
+from trainer_client.wire import validate_text
 
 RunPayloads = Callable[[list[JobPayload], str], Awaitable[list[ResultDict]]]
 """The API's execution path: admit the payloads whole or not at all, await their results."""
@@ -41,6 +42,11 @@ class VerifyItemModel(BaseModel):
     """The extracted final answer (e.g. the content of the last `\\boxed{}`), LaTeX or plain."""
     reference: str
     """The ground truth."""
+
+    @field_validator("answer", "reference")
+    @classmethod
+    def _encodable(cls, value: str) -> str:
+        return validate_text(value, "the text")
 
 
 class VerifyRequest(BaseModel):

@@ -14,6 +14,7 @@ from sandbox_service.api.compat.sandboxfusion import (
     RunCodeRequest,
     to_execute_request,
 )
+from sandbox_service.api.verify import VerifyRequest
 from sandbox_service.settings import Settings
 from trainer_client.wire import ExecuteRequest
 
@@ -53,3 +54,10 @@ def test_sandboxfusion_request_refuses_unencodable_text(fields: dict[str, object
     request = RunCodeRequest.model_validate({"code": "print(1)", "language": "python", **fields})
     with pytest.raises(InvalidRequest):
         to_execute_request(request, Settings())
+
+
+@pytest.mark.parametrize("field", ["answer", "reference"])
+def test_verify_item_refuses_unencodable_text(field: str) -> None:
+    item = {"answer": "1", "reference": "1", field: LONE}
+    with pytest.raises(ValidationError):
+        VerifyRequest.model_validate({"items": [item]})
