@@ -54,7 +54,8 @@ SECCOMP_DENIED_EPERM = _calls(
     "reboot swapon swapoff acct quotactl quotactl_fd "
     "settimeofday clock_settime clock_adjtime adjtimex sethostname setdomainname "
     "syslog lookup_dcookie open_by_handle_at name_to_handle_at fanotify_init "
-    "iopl ioperm vhangup personality"
+    "iopl ioperm vhangup personality "
+    "setuid setgid setreuid setregid setresuid setresgid setfsuid setfsgid setgroups capset"
 )
 SECCOMP_DENIED_ENOSYS = _calls(
     "clone3 io_uring_setup io_uring_enter io_uring_register "

@@ -38,7 +38,7 @@ WORKLOADS = {
         "import matplotlib\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
         "ax.plot([1, 2, 3]); ax.set_title('t')\nfig.savefig('/tmp/f.png')\nplt.close(fig)\n"
         "print(matplotlib.get_backend(), open('/tmp/f.png', 'rb').read(4) == b'\\x89PNG')",
-        "agg True\n",
+        "Agg True\n",
     ),
     "multiprocessing-pool": (
         "import multiprocessing as mp\ndef sq(v):\n    return v * v\n"
@@ -101,13 +101,14 @@ x86_64_only = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def healthy_after(run: RunFn) -> Iterator[None]:
     yield
     after = run("print('still healthy')")
     assert (after.status, after.stdout) == (Status.OK, "still healthy\n"), after
 
 
+@pytest.mark.usefixtures("healthy_after")
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_workloads_run_under_the_allow_list(run: RunFn, name: str) -> None:
     program, expected = WORKLOADS[name]
@@ -116,6 +117,7 @@ def test_workloads_run_under_the_allow_list(run: RunFn, name: str) -> None:
 
 
 @x86_64_only
+@pytest.mark.usefixtures("healthy_after")
 def test_calls_outside_the_allow_list_fail_with_an_errno(run: RunFn) -> None:
     result = run(DENIED)
     assert result.status == Status.OK, f"a denied call killed the program: {result}"
