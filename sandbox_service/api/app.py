@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
@@ -24,6 +25,7 @@ from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_ro
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
 from sandbox_service.api.edge import Edge
+from sandbox_service.api.invalid import invalid_request
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.api.verify import verify_router
 from sandbox_service.settings import Settings
@@ -57,6 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         on_response=lambda route, code: ctx.metrics.http_responses.labels(route, str(code)).inc(),
     )
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(Overloaded, _overloaded)
     app.add_exception_handler(Unavailable, _unavailable)
     app.include_router(execute_routes.router)

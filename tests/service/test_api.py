@@ -73,7 +73,7 @@ async def test_request_id_is_generated_when_absent(client: httpx.AsyncClient) ->
             {"code": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                      "if libc.ptrace(0, 0, 0, 0) == -1:\n"
                      "    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))"},
-            "error", 1, None, "OSError: [Errno 1] Operation not permitted",
+            "error", 1, None, "PermissionError: [Errno 1] Operation not permitted",
         ),
         ({"code": "import ctypes\nctypes.string_at(0)"}, "killed", None, signal.SIGSEGV, ""),
     ],

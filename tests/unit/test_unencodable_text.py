@@ -14,6 +14,7 @@ from sandbox_service.api.compat.sandboxfusion import (
     RunCodeRequest,
     to_execute_request,
 )
+from sandbox_service.api.invalid import encodable
 from sandbox_service.api.verify import VerifyRequest
 from sandbox_service.settings import Settings
 from trainer_client.wire import ExecuteRequest
@@ -61,3 +62,12 @@ def test_verify_item_refuses_unencodable_text(field: str) -> None:
     item = {"answer": "1", "reference": "1", field: LONE}
     with pytest.raises(ValidationError):
         VerifyRequest.model_validate({"items": [item]})
+
+
+def test_validation_errors_are_rendered_encodable() -> None:
+    errors = [{"loc": ["body", "files", "a" + LONE], "input": {"a" + LONE: "x"}, "msg": "bad é"}]
+    rendered = encodable(errors)
+    json.dumps(rendered, ensure_ascii=False).encode("utf-8")  # raises if anything is left
+    assert rendered == [
+        {"loc": ["body", "files", "a\\udc80"], "input": {"a\\udc80": "x"}, "msg": "bad é"}
+    ]
