@@ -122,8 +122,7 @@ print(urllib.request.urlopen(f'http://localhost:{port}/', timeout=5).read().deco
 def test_nothing_but_loopback_is_reachable(run: RunFn) -> None:
     code = """
 import socket
-names = [line.split(':')[0].strip() for line in open('/proc/net/dev').readlines()[2:]]
-print(names)
+print(sorted(name for _, name in socket.if_nameindex()))  # /proc/net: not in a subset=pid /proc
 try:
     socket.create_connection(('10.0.0.1', 80), timeout=2)
     print('REACHED')
