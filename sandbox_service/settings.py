@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     """A jail whose zygote is not ready (preload included) this long after nsjail started has
     failed. The preload takes about a second here; emulated hosts (the cgroup v2 test guest) need
     minutes."""
+    preload: Literal["math", "full"] = "math"
+    """Warm mode: what the zygote imports before serving. `math`: numpy, sympy, mpmath (the math
+    tool calls' libraries; a program importing scipy or matplotlib pays that import, about
+    0.4 s, in its run). `full`: scipy and matplotlib's pyplot too: those programs save the
+    import, every other call pays for the heap twice as large (docs/performance.md)."""
     zygote_max_runs: int = Field(1000, ge=1)
     """A warm zygote is recycled after this many executions (and after any anomaly)."""
     idle_warm_up: Literal["auto", "always", "never"] = "auto"

@@ -30,13 +30,24 @@ def _sub(text: str, old: str, new: str) -> str:
     return text.replace(old, new, 1)
 
 
+def _block(text: str) -> str:
+    """A triple-quoted block as written here (its lines after the first indented four spaces
+    deeper than in zygote.py, by the formatter) as it stands in zygote.py."""
+    first, *rest = text.split("\n")
+    return "\n".join([first, *(line.removeprefix("    ") for line in rest)])
+
+
+def _sub_block(text: str, old: str, new: str) -> str:
+    return _sub(text, _block(old), _block(new))
+
+
 def instrument(src: Path, dst: Path) -> Path:
     """An instrumented copy of the jail's zygote.py (with protocol.py) in dst; its path."""
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "protocol.py", dst / "protocol.py")
     s = (src / "zygote.py").read_text()
     # shared page: child phase clocks (8 doubles), zygote accumulators printed at exit
-    s = _sub(
+    s = _sub_block(
         s,
         'WORK_DIR = "/home/sandbox"',
         '''import mmap as _mmap, struct as _struct
@@ -85,7 +96,7 @@ def instrument(src: Path, dst: Path) -> Path:
         "    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _wipe_scratch()\n",
         "    _t = time.thread_time()\n    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _zt('reap', _t); _t = time.thread_time()\n    _wipe_scratch()\n    _zt('wipe', _t)\n",
     )
-    s = _sub(
+    s = _sub_block(
         s,
         """    exit_code, signum, cpu, timed_out = _wait_child(
             pid, taken.started + request.limits.timeout_s, sock
@@ -103,7 +114,7 @@ def instrument(src: Path, dst: Path) -> Path:
         _Z["c:total"] = _Z.get("c:total", 0.0) + cpu
         _Z["runs"] = _Z.get("runs", 0) + 1""",
     )
-    s = _sub(
+    s = _sub_block(
         s,
         """        current = _choose_standby(sock, current, idle_warm_up)
             current.release()
@@ -117,7 +128,7 @@ def instrument(src: Path, dst: Path) -> Path:
             current.lines.close()
             _zt('release_take', _t)""",
     )
-    s = _sub(
+    s = _sub_block(
         s,
         """        reply = dataclasses.replace(reply, warmed=current.warmed)
             send_frame(sock, reply.to_wire())""",

@@ -20,6 +20,7 @@ from typing import Any
 from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, ProgramError, Status
 from sandbox_service.jail import cgroups as cg
+from sandbox_service.jail import matplotlib_cache
 from sandbox_service.jail import zygote as zygote_module
 from sandbox_service.jail.outcome import RawOutcome, classify
 from sandbox_service.jail.policy import SCRATCH_DIRS, VENV_IN_JAIL, JailLayout
@@ -72,9 +73,11 @@ def jail_runtime(python: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout:
     """The jail layout of one slot."""
-    python, runtime_mounts = jail_runtime(settings.jail_python or sys.executable)
+    python = settings.jail_python or sys.executable
+    fonts = matplotlib_cache.font_cache(python)
+    python_in_jail, runtime_mounts = jail_runtime(python)
     return JailLayout(
-        python=python,
+        python=python_in_jail,
         runtime_mounts=runtime_mounts,
         zygote_source=os.path.abspath(zygote_module.__file__),
         outside_uid=settings.sandbox_uid_base + slot,
@@ -84,6 +87,8 @@ def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout
         max_file_size_mb=settings.max_file_size_mb,
         max_open_files=settings.max_open_files,
         preload=mode == "warm",
+        preload_full=settings.preload == "full",
+        matplotlib_cache=str(fonts) if fonts else None,
         once=mode == "cold",
         idle_warm_up=settings.idle_warm_up if mode == "warm" else "never",
         start_timeout_s=settings.jail_start_timeout_s,

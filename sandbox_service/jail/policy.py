@@ -26,6 +26,8 @@ NSSWITCH = b"hosts: files\n"
 """Names resolve from /etc/hosts only: there is no DNS server to ask, and glibc's default without
 this file would try one first."""
 VENV_IN_JAIL = "/opt/rl-sandbox/venv"
+MATPLOTLIB_CACHE_IN_JAIL = "/opt/rl-sandbox/matplotlib"
+"""matplotlib's font list, built once on the host (matplotlib_cache.py), mounted read-only."""
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
@@ -170,6 +172,10 @@ class JailLayout:
     loadavg_fd: int = -1
     """Descriptor of the host's /proc/loadavg, passed through for the idle warm-up's check
     (the jail's own /proc shows its processes only); -1: none."""
+    preload_full: bool = False
+    """With preload: scipy and matplotlib's pyplot too (the `preload` setting `full`)."""
+    matplotlib_cache: str | None = None
+    """Host directory of matplotlib's font list (None: programs that plot scan fonts)."""
 
 
 def _system_mounts() -> list[MountPt]:
@@ -258,6 +264,18 @@ def build_config(layout: JailLayout) -> NsJailConfig:
             is_bind=True,
             rw=False,
         ),
+        *(
+            [
+                MountPt(
+                    src=layout.matplotlib_cache,
+                    dst=MATPLOTLIB_CACHE_IN_JAIL,
+                    is_bind=True,
+                    rw=False,
+                )
+            ]
+            if layout.matplotlib_cache
+            else []
+        ),
         MountPt(src_content=_passwd(), dst="/etc/passwd", is_bind=True, rw=False),
         MountPt(src_content=HOSTS, dst="/etc/hosts", is_bind=True, rw=False),
         MountPt(src_content=NSSWITCH, dst="/etc/nsswitch.conf", is_bind=True, rw=False),
@@ -278,6 +296,10 @@ def build_config(layout: JailLayout) -> NsJailConfig:
     args = ["-I", "-B", ZYGOTE_PATH_IN_JAIL, "--control-fd", str(layout.control_fd)]
     if layout.preload:
         args.append("--preload")
+        if layout.preload_full:
+            args.append("--preload-full")
+    if layout.matplotlib_cache:
+        args += ["--matplotlib-cache", MATPLOTLIB_CACHE_IN_JAIL]
     if layout.once:
         args.append("--once")
     if layout.session:

@@ -138,19 +138,74 @@ STDLIB_PRELOAD = (
 )
 
 
-SCIENTIFIC_PRELOAD = ("scipy.optimize", "scipy.integrate", "scipy.linalg", "scipy.special")
-"""scipy's modules a math tool call uses; each is seconds to import in a fresh interpreter."""
+MATH_PRELOAD = ("numpy", "sympy", "mpmath")
+"""What the math tool calls (most calls) import; `exercise` warms them."""
+FULL_PRELOAD = ("scipy.optimize", "scipy.integrate", "scipy.linalg", "scipy.special")
+"""scipy's modules a math tool call uses, preloaded only with --preload-full: they double the
+zygote's heap, and every call pays for a larger heap in its fork and exit."""
 
 
-def preload() -> None:
+def preload(full: bool = False) -> None:
     """Import and exercise the libraries tool calls use, so forked children skip first-use costs."""
     for name in STDLIB_PRELOAD:
         importlib.import_module(name)
-    for name in SCIENTIFIC_PRELOAD:
+    for name in MATH_PRELOAD + (FULL_PRELOAD if full else ()):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    preload_matplotlib()
+    if full:
+        preload_matplotlib()
     exercise()
+
+
+class _AfterImport:
+    """A meta path finder that adjusts a module right after the import system executed it.
+
+    Used for matplotlib, imported on demand: its cache directory is the read-only font list
+    the worker built (no font scan in a run whose home is fresh), and pyplot's `show` displays
+    figures. It finds nothing itself; a program may remove it, which changes only its own run.
+    """
+
+    def __init__(self, hooks: dict[str, Any]) -> None:
+        self._hooks = hooks
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        hook = self._hooks.get(name)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            run_module(module)
+            hook(module)
+
+        loader.exec_module = exec_module  # this module's own loader object
+        return spec
+
+
+def install_matplotlib_hooks(cache_dir: str | None) -> None:
+    """Before any import of matplotlib: its font list from `cache_dir`, pyplot's show."""
+
+    def on_matplotlib(module: types.ModuleType) -> None:
+        if cache_dir is not None:
+            setattr(module, "get_cachedir", lambda: cache_dir)  # noqa: B010
+
+    def on_pyplot(module: types.ModuleType) -> None:
+        setattr(module, "show", show_figures)  # noqa: B010
+
+    hooks = {"matplotlib": on_matplotlib, "matplotlib.pyplot": on_pyplot}
+    sys.meta_path.insert(0, _AfterImport(hooks))
 
 
 # CPython 3.12 never writes the reference count of an "immortal" object (PEP 683): one whose
@@ -297,11 +352,10 @@ _OUTPUTS: dict[str, Any] = {"display": [], "error": None}
 
 
 def preload_matplotlib() -> None:
-    """pyplot on Agg, its font list built and one figure rendered, once in the zygote.
+    """pyplot on Agg, its font list loaded and one figure rendered, once in the zygote.
 
-    A fresh interpreter builds matplotlib's font cache (seconds) where it cannot keep it: the
-    jail's home is wiped after every run. `plt.show()` displays the open figures and closes
-    them, as Jupyter's inline backend does (Agg alone would only warn).
+    `plt.show()` displays the open figures and closes them, as Jupyter's inline backend does
+    (Agg alone would only warn); install_matplotlib_hooks does the same for an import in a run.
     """
     try:
         import matplotlib
@@ -1379,8 +1433,12 @@ def main() -> None:
     sock = socket.socket(fileno=control_fd)
     started = time.monotonic()
     immortal = 0
+    cache = None
+    if "--matplotlib-cache" in sys.argv:
+        cache = sys.argv[sys.argv.index("--matplotlib-cache") + 1]
+    install_matplotlib_hooks(cache)
     if "--preload" in sys.argv:
-        preload()
+        preload(full="--preload-full" in sys.argv)
         gc.collect()
         immortal = immortalize_heap()
     gc.collect()

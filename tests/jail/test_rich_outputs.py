@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox_service.execution import ExecutionSpec, Limits, Status
-from sandbox_service.jail import JailExecutor
+from sandbox_service.jail.policy import MATPLOTLIB_CACHE_IN_JAIL
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.jail.zygote import OUTPUTS_FILE
 from sandbox_service.settings import Settings
@@ -38,13 +38,33 @@ def png_size(data_b64: str) -> tuple[int, int]:
     return width, height
 
 
-def test_an_open_figure_comes_back_as_a_png_of_its_size(run: RunFn, executor: JailExecutor) -> None:
+def test_an_open_figure_comes_back_as_a_png_of_its_size(run: RunFn) -> None:
     result = run(PLOT, timeout_s=30)
     assert result.status == Status.OK, result.stderr
     assert [list(item) for item in result.display] == [["image/png"]]
     assert png_size(result.display[0]["image/png"]) == (200, 150)
-    if executor.mode == "warm":  # the zygote built the font list once; cold mode has no zygote
-        assert result.stderr == ""
+    # The font list comes from the worker's read-only cache, in warm and cold mode alike: a
+    # font scan would say "Matplotlib is building the font cache" (or a Fontconfig error).
+    assert result.stderr == ""
+
+
+def test_the_font_list_is_read_only_and_no_run_writes_one(run: RunFn) -> None:
+    code = PLOT + (
+        "import os, matplotlib\n"
+        "cache = matplotlib.get_cachedir()\n"
+        "print(cache, sorted(os.listdir(cache)))\n"
+        "try:\n"
+        "    open(os.path.join(cache, 'fontlist-v0.json'), 'w')\n"
+        "except OSError as exc:\n"
+        "    print(type(exc).__name__)\n"
+        "print([os.path.join(d, f) for d, _, fs in os.walk('/home/sandbox') for f in fs])\n"
+    )
+    result = run(code, timeout_s=30)
+    assert result.status == Status.OK, result.stderr
+    listing, refused, home_files = result.stdout.splitlines()
+    assert listing.startswith(MATPLOTLIB_CACHE_IN_JAIL + " ['fontlist-v"), listing
+    assert refused in ("OSError", "PermissionError"), refused
+    assert "fontlist" not in home_files, home_files
 
 
 def test_show_displays_and_closes_figures_in_order(run: RunFn) -> None:
