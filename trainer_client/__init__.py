@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         python_tool_schema,
         truncate_middle,
     )
-    from trainer_client.wire import ExecuteRequest, ExecuteResult
+    from trainer_client.wire import ExecuteRequest, ExecuteResult, VerifyItem, VerifyResult
 
 _EXPORTS = {
     "CallFailedError": "trainer_client.errors",
@@ -62,6 +62,8 @@ _EXPORTS = {
     "SyncSandboxClient": "trainer_client.sync",
     "Timeouts": "trainer_client.http",
     "ToolCall": "trainer_client.tools",
+    "VerifyItem": "trainer_client.wire",
+    "VerifyResult": "trainer_client.wire",
     "VirtualClock": "trainer_client.clock",
     "build_request": "trainer_client.client",
     "execute_tool_call": "trainer_client.tools",
@@ -110,6 +112,8 @@ __all__ = [
     "SyncSandboxClient",
     "Timeouts",
     "ToolCall",
+    "VerifyItem",
+    "VerifyResult",
     "VirtualClock",
     "build_request",
     "execute_tool_call",

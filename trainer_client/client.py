@@ -14,11 +14,12 @@ from pydantic import ValidationError
 
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
-from trainer_client.errors import InvalidRequestError
-from trainer_client.http import Timeouts, delete_session, post_batch
+from trainer_client.errors import CallInfo, InvalidRequestError
+from trainer_client.http import Timeouts, delete_session, post_batch, post_verify
 from trainer_client.retry import RetryPolicy
 from trainer_client.stats import ClientStats, Counters
-from trainer_client.wire import ExecuteRequest, ExecuteResult
+from trainer_client.verify import MAX_ITEMS_PER_REQUEST, VerifyOutcome, chunks, verify_chunk
+from trainer_client.wire import ExecuteRequest, ExecuteResult, VerifyItem, VerifyResult
 
 if TYPE_CHECKING:
     import sys
@@ -109,8 +110,11 @@ class SandboxClient:
             base_url=base_url, headers=headers, limits=limits, transport=transport
         )
         self._counters = Counters()
+        self._clock = clock or LoopClock()
+        self._rng = rng or random.Random()
+        self._verify_calls = 0
         self._dispatcher = Dispatcher(
-            self._send, self._config, clock or LoopClock(), self._counters, rng
+            self._send, self._config, self._clock, self._counters, self._rng
         )
 
     async def _send(self, payloads: Sequence[bytes], largest_timeout_s: float) -> BatchOutcome:
@@ -194,6 +198,50 @@ class SandboxClient:
     async def end_session(self, session_id: str) -> bool:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
         return await delete_session(self._http, session_id, self._timeouts)
+
+    async def verify(
+        self,
+        items: Sequence[VerifyItem | tuple[str, str]],
+        *,
+        timeout: float = 5.0,
+        rel_tol: float = 1e-6,
+    ) -> list[VerifyResult]:
+        """Judge (answer, reference) pairs on the service (POST /verify); verdicts in order.
+
+        `timeout` is each item's check limit in seconds. Items the service could not judge
+        (`queue_timeout`, `sandbox_error`) are sent again under the retry policy; one still
+        unjudged when it runs out keeps that verdict (`VerifyResult.judged` is False).
+        """
+        batch = [
+            i if isinstance(i, VerifyItem) else VerifyItem(answer=i[0], reference=i[1])
+            for i in items
+        ]
+        if not batch:
+            return []
+        self._verify_calls += 1
+        info = CallInfo(self._verify_calls, f"verify {len(batch)} answer(s)")
+
+        async def send(
+            part: Sequence[VerifyItem], timeout_s: float, tol: float, budget_s: float
+        ) -> VerifyOutcome:
+            return await post_verify(self._http, part, timeout_s, tol, budget_s, self._timeouts)
+
+        parts = await asyncio.gather(
+            *(
+                verify_chunk(
+                    send,
+                    part,
+                    timeout_s=timeout,
+                    rel_tol=rel_tol,
+                    retry=self._config.retry,
+                    clock=self._clock,
+                    rng=self._rng,
+                    info=info,
+                )
+                for part in chunks(batch, MAX_ITEMS_PER_REQUEST)
+            )
+        )
+        return [result for part in parts for result in part]
 
     def stats(self) -> ClientStats:
         """A snapshot of the client-side counters."""

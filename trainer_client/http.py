@@ -1,4 +1,5 @@
-"""The HTTP edge: the only module that imports httpx. One POST /execute/batch -> BatchOutcome."""
+"""The HTTP edge: the only module that imports httpx. One POST /execute/batch -> BatchOutcome,
+one POST /verify -> VerifyOutcome."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pydantic import ValidationError
 from trainer_client.dispatch import BatchOutcome
 from trainer_client.errors import SandboxClientError
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
-from trainer_client.wire import BatchResponse
+from trainer_client.verify import VERIFY_PATH, VerifyOutcome
+from trainer_client.wire import BatchResponse, VerifyItem, VerifyResponse
 
 BATCH_PATH = "/execute/batch"
 
@@ -137,3 +139,36 @@ async def delete_session(http: httpx.AsyncClient, session_id: str, timeouts: Tim
             + error_detail(response.content, response.reason_phrase)
         )
     return True
+
+
+async def post_verify(
+    http: httpx.AsyncClient,
+    items: Sequence[VerifyItem],
+    timeout_s: float,
+    rel_tol: float,
+    budget_s: float,
+    timeouts: Timeouts,
+) -> VerifyOutcome:
+    """One POST /verify; every failure comes back as an outcome, never as an exception."""
+    body = {"items": [i.model_dump() for i in items], "timeout": timeout_s, "rel_tol": rel_tol}
+    try:
+        response = await http.post(VERIFY_PATH, json=body, timeout=timeouts.for_batch(budget_s))
+    except _RETRYABLE_EXCEPTIONS as exc:
+        return VerifyOutcome(Verdict.RETRY, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+    except httpx.HTTPError as exc:
+        return VerifyOutcome(Verdict.FATAL, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+    verdict = classify_http_status(response.status_code)
+    if verdict is not Verdict.ANSWERED:
+        return VerifyOutcome(
+            verdict,
+            cause=str(response.status_code),
+            detail=error_detail(response.content, response.reason_phrase),
+            retry_after_s=parse_retry_after(
+                response.headers.get("retry-after"), now_epoch_s=time.time()
+            ),
+        )
+    try:
+        parsed = VerifyResponse.model_validate_json(response.content)
+    except ValidationError as exc:
+        return VerifyOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
+    return VerifyOutcome(Verdict.ANSWERED, results=parsed.results)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from trainer_client.client import RequestLike, SandboxClient
 from trainer_client.errors import ClientClosedError
 from trainer_client.stats import ClientStats
-from trainer_client.wire import ExecuteResult
+from trainer_client.wire import ExecuteResult, VerifyItem, VerifyResult
 
 if TYPE_CHECKING:
     import sys
@@ -80,6 +80,18 @@ class SyncSandboxClient:
         if self._closed:
             raise ClientClosedError("the client is closed")
         return self._call(self._client.execute_many(list(requests)))
+
+    def verify(
+        self,
+        items: Sequence[VerifyItem | tuple[str, str]],
+        *,
+        timeout: float = 5.0,
+        rel_tol: float = 1e-6,
+    ) -> list[VerifyResult]:
+        """Judge (answer, reference) pairs on the service (see SandboxClient.verify)."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        return self._call(self._client.verify(list(items), timeout=timeout, rel_tol=rel_tol))
 
     def end_session(self, session_id: str) -> bool:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""

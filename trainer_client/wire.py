@@ -11,7 +11,7 @@ import base64
 import binascii
 import enum
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -21,6 +21,9 @@ __all__ = [
     "ExecuteRequest",
     "ExecuteResult",
     "Status",
+    "VerifyItem",
+    "VerifyResponse",
+    "VerifyResult",
     "validate_relative_path",
 ]
 
@@ -202,3 +205,42 @@ class BatchResponse(BaseModel):
     """Results in the order of the requests."""
 
     results: list[ExecuteResult]
+
+
+VerdictName = Literal["correct", "incorrect", "timeout", "invalid"]
+UNJUDGED_REASONS = frozenset({"queue_timeout", "sandbox_error"})
+"""Reasons of an `invalid` verdict that mean the service could not judge the item: retry it."""
+
+
+class VerifyItem(BaseModel):
+    """One final answer and the reference it should equal (POST /verify)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer: str
+    reference: str
+
+
+class VerifyResult(BaseModel):
+    """The judgement of one item (docs/service.md, "Answer verification")."""
+
+    verdict: VerdictName
+    reason: str
+    detail: str = ""
+    time: float = 0.0
+    """Seconds the check took in its worker."""
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+    @property
+    def judged(self) -> bool:
+        """False for `queue_timeout` and `sandbox_error`: the service did not judge the item."""
+        return self.reason not in UNJUDGED_REASONS
+
+
+class VerifyResponse(BaseModel):
+    """Verdicts in the order of the items."""
+
+    results: list[VerifyResult]

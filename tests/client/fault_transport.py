@@ -119,3 +119,31 @@ def echo_transport(ran: list[str] | None = None) -> httpx.MockTransport:
         return httpx.Response(200, json={"results": results})
 
     return httpx.MockTransport(handle)
+
+
+def verify_transport(seen: list[list[str]] | None = None) -> httpx.MockTransport:
+    """A stand-in /verify for unit tests: equal strings are `correct`, others `incorrect`; an
+    answer `busy:N:X` is answered `queue_timeout` its first N times, then judged as X; `seen`
+    gets each request's answers."""
+    asked: dict[str, int] = {}
+
+    def judge(answer: str, reference: str) -> dict[str, object]:
+        if answer.startswith("busy:"):
+            _, times, rest = answer.split(":", 2)
+            asked[answer] = asked.get(answer, 0) + 1
+            if asked[answer] <= int(times):
+                return {"verdict": "invalid", "reason": "queue_timeout", "detail": "no worker"}
+            answer = rest
+        if answer == reference:
+            return {"verdict": "correct", "reason": "equivalent", "time": 0.01}
+        return {"verdict": "incorrect", "reason": "not_equivalent", "time": 0.01}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/verify"
+        body = json.loads(request.content)
+        if seen is not None:
+            seen.append([item["answer"] for item in body["items"]])
+        results = [judge(item["answer"], item["reference"]) for item in body["items"]]
+        return httpx.Response(200, json={"results": results})
+
+    return httpx.MockTransport(handle)

@@ -219,3 +219,22 @@ def test_the_sync_facade_ends_sessions(service: Service) -> None:
         client.execute("x = 1", session_id="sync-session")
         assert client.end_session("sync-session") is True
         assert client.end_session("never-started") is False
+
+
+async def test_verify_judges_answers_in_the_real_service(service: Service) -> None:
+    # A connection refused first: the retried POST is the one the service answers.
+    transport = FaultInjectingTransport(httpx.AsyncHTTPTransport(), [connect_error()])
+    async with SandboxClient(
+        service.url, transport=transport, clock=VirtualClock(), rng=random.Random(0)
+    ) as client:
+        results = await client.verify(
+            [("\\frac{1}{2}", "0.5"), ("3", "4"), ("", "1"), ("x^2 + 2x + 1", "(x+1)^2")],
+            timeout=5.0,
+        )
+    assert [(r.verdict, r.reason) for r in results] == [
+        ("correct", "equivalent"),
+        ("incorrect", "not_equivalent"),
+        ("invalid", "empty_answer"),
+        ("correct", "equivalent"),
+    ]
+    assert all(r.judged for r in results) and len(transport.requests) == 2
