@@ -3,8 +3,9 @@ its difficulty filter and `rl-sandbox eval`."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ import torch
 from rl.data.tasks import Problem
 from rl.engines.base import Engine
 from rl.parallel.distributed import full_tensor, gather_objects, gathered, world
+from rl.reward.grading import Grader
 from rl.reward.outcome import grade_responses
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import Codec, RolloutSettings, run_rollout
@@ -29,18 +31,28 @@ async def collect_rollouts(
     problems: Sequence[Problem],
     n: int,
     settings: RolloutSettings,
+    *,
+    on_finished: Callable[[int, Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """n rollouts of each problem, scheduled over the engines; group = problem's position."""
+    """n rollouts of each problem, scheduled over the engines; group = problem's position.
+
+    on_finished(job index, trajectory) is called as each rollout ends, the others still running.
+    """
     jobs: list[RolloutJob] = []
     for group, problem in enumerate(problems):
         prompt = codec.encode(template.prompt(problem.question))
         reserve = len(prompt) + settings.max_response_tokens
         jobs.extend(RolloutJob(prompt, reserve, group) for _ in range(n))
 
+    index = {id(job): i for i, job in enumerate(jobs)}
+
     async def one(engine: Engine, job: RolloutJob) -> Trajectory:
-        return await run_rollout(
+        trajectory = await run_rollout(
             engine, tools, codec, template, job.prompt_ids, settings, group=job.group
         )
+        if on_finished is not None:
+            on_finished(index[id(job)], trajectory)
+        return trajectory
 
     return await scheduler.run(
         jobs, one, used_tokens=lambda t: len(t.prompt_ids) + len(t.response_ids)
@@ -62,30 +74,64 @@ async def rollouts_over_ranks(
     problems: Sequence[Problem],
     n: int,
     settings: RolloutSettings,
-    verifier: VerifierPool,
-    *,
-    fallback_to_last_boxed: bool,
+    grader: Grader,
 ) -> tuple[list[Trajectory], list[float]]:
     """n graded rollouts of each problem, group = problem's position, in group order.
 
     Under torchrun each rank rolls out and grades its share of the problems (rank_share) with
     its own engines, on the whole policy gathered from the shards, then the ranks exchange
     them: every rank returns the same whole batch. One process: all of them, as it is.
+    A per-rollout grader (the service's) grades each rollout as it ends, while the others run.
     """
     rank, size = world()
     share = rank_share(len(problems), rank, size)
     with gathered(policy):
-        mine = await collect_rollouts(
-            scheduler, tools, codec, template, [problems[i] for i in share], n, settings
+        mine, correct = await collect_graded(
+            scheduler, tools, codec, template, [problems[i] for i in share], n, settings, grader
         )
     mine = [dataclasses.replace(t, group=share[t.group]) for t in mine]
-    truths = [problems[t.group].answer for t in mine]
-    correct = grade(verifier, mine, truths, fallback_to_last_boxed=fallback_to_last_boxed)
     pairs = [
         pair for part in gather_objects(list(zip(mine, correct, strict=True))) for pair in part
     ]
     pairs.sort(key=lambda pair: pair[0].group)  # stable: a group's rollouts keep their order
     return [t for t, _ in pairs], [c for _, c in pairs]
+
+
+async def collect_graded(
+    scheduler: RolloutScheduler[Trajectory],
+    tools: Executes,
+    codec: Codec,
+    template: PromptTemplate,
+    problems: Sequence[Problem],
+    n: int,
+    settings: RolloutSettings,
+    grader: Grader,
+) -> tuple[list[Trajectory], list[float]]:
+    """collect_rollouts and the answers' 0/1 correctness (before the truncation rule)."""
+    if not grader.per_rollout:
+        trajectories = await collect_rollouts(
+            scheduler, tools, codec, template, problems, n, settings
+        )
+        truths = [problems[t.group].answer for t in trajectories]
+        return trajectories, await grader.rewards([t.generated_text for t in trajectories], truths)
+    grading: dict[int, asyncio.Future[float]] = {}
+
+    def start_grading(index: int, trajectory: Trajectory) -> None:
+        reward: Awaitable[float] = grader.reward(
+            trajectory.generated_text, problems[trajectory.group].answer
+        )
+        grading[index] = asyncio.ensure_future(reward)
+
+    try:
+        trajectories = await collect_rollouts(
+            scheduler, tools, codec, template, problems, n, settings, on_finished=start_grading
+        )
+        correct = list(await asyncio.gather(*(grading[i] for i in range(len(trajectories)))))
+    finally:
+        for future in grading.values():
+            future.cancel()
+        await asyncio.gather(*grading.values(), return_exceptions=True)
+    return trajectories, correct
 
 
 def grade(

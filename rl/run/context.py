@@ -15,6 +15,7 @@ from rl.data.tasks import Demonstration, Problem
 from rl.engines.base import Engine
 from rl.grpo import MicroBatching
 from rl.parallel.distributed import Topology
+from rl.reward.grading import Grader, LocalGrader, ServiceGrader, Verifies
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import HFCodec, RolloutSettings
 from rl.rollout.scheduler import RolloutScheduler
@@ -48,7 +49,10 @@ class RunContext:
     engines: list[Engine]
     scheduler: RolloutScheduler[Trajectory]
     tools: Executes
-    verifier: VerifierPool
+    verifier: VerifierPool | None
+    """The local verifier pool (reward.verifier = "local"); None when the service grades."""
+    verify_client: Verifies | None
+    """The service that grades (reward.verifier = "service"); None when the pool does."""
     records: Recorder
     rng: random.Random
     """Resample-on-Correct's ties and the mini-batch shuffle."""
@@ -65,6 +69,19 @@ class RunContext:
             return contextlib.nullcontext()
         device = next(self.model.parameters()).device
         return torch.autocast(device.type, dtype=self.amp)
+
+    def grader(self, grpo: GRPOConfig) -> Grader:
+        """How a stage's rollouts are graded: by the service as each ends, or by the pool."""
+        if self.verify_client is not None:
+            return ServiceGrader(
+                self.verify_client,
+                timeout_s=grpo.verify_timeout_s,
+                rel_tol=grpo.verify_rel_tol,
+                fallback_to_last_boxed=grpo.fallback_to_last_boxed,
+            )
+        if self.verifier is None:
+            raise RuntimeError("the run has neither a verifier pool nor a service to grade")
+        return LocalGrader(self.verifier, grpo.fallback_to_last_boxed)
 
     def batching(self) -> MicroBatching:
         """The update's micro-batches, from the trainer config."""

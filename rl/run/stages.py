@@ -139,8 +139,7 @@ async def filter_problems(ctx: RunContext, stage: StageConfig) -> list[int]:
         [ctx.problems[i] for i in checked],
         stage.drop_solved_samples,
         ctx.rollout_settings(grpo),
-        ctx.verifier,
-        fallback_to_last_boxed=grpo.fallback_to_last_boxed,
+        ctx.grader(grpo),
     )
     rewards = final_rewards(trajectories, correct)
     solved = [True] * len(checked)
@@ -219,8 +218,7 @@ async def grpo_step(
         batch,
         grpo.rollouts_per_prompt,
         settings,
-        ctx.verifier,
-        fallback_to_last_boxed=grpo.fallback_to_last_boxed,
+        ctx.grader(grpo),
     )
     t1 = time.monotonic()
     rewards = final_rewards(trajectories, correct)

@@ -115,6 +115,22 @@ class SandboxConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RewardConfig:
+    """Where answers are graded (the checker and its limits are [grpo] verify_*)."""
+
+    verifier: Literal["", "service", "local"] = ""
+    """"service": the sandbox's POST /verify, each rollout as it ends; "local": a pool of
+    checker processes in the trainer, after the rollouts; empty: "service" when the run talks
+    to a sandbox (every training run does), else "local"."""
+
+    def resolved(self, *, has_service: bool) -> Literal["service", "local"]:
+        """The verifier in use."""
+        if self.verifier:
+            return self.verifier
+        return "service" if has_service else "local"
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """One inference engine."""
 
@@ -247,6 +263,7 @@ class TrainConfig:
     task: TaskConfig = TaskConfig()
     template: TemplateConfig = TemplateConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    reward: RewardConfig = RewardConfig()
     rollout: RolloutConfig = RolloutConfig()
     trainer: TrainerConfig = TrainerConfig()
     logging: LoggingConfig = LoggingConfig()

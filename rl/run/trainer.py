@@ -82,7 +82,7 @@ def build_context(
     config: TrainConfig,
     run_dir: Path,
     tools: SandboxClient,
-    verifier: VerifierPool,
+    verifier: VerifierPool | None,
     records: Recorder,
     saved: Saved | None,
     topology: Topology | None = None,
@@ -135,6 +135,7 @@ def build_context(
         scheduler=scheduler,
         tools=tools,
         verifier=verifier,
+        verify_client=tools if verifier is None else None,
         records=records,
         rng=random.Random(config.seed),
         progress=Progress(),
@@ -241,7 +242,9 @@ def train(
             url = service.url
         url = broadcast_object(url)
         stack.callback(barrier)  # rank 0's service outlives every rank's last call
-        verifier = stack.enter_context(verifier_from_config(config.grpo))
+        verifier = None
+        if config.reward.resolved(has_service=True) == "local":
+            verifier = stack.enter_context(verifier_from_config(config.grpo))
         log_dir = run_dir if main else run_dir / f"rank{topology.rank}"
         log_dir.mkdir(parents=True, exist_ok=True)
         sinks = _sinks(config, run_dir) if main else []
@@ -280,7 +283,7 @@ async def _run(
     config: TrainConfig,
     run_dir: Path,
     url: str,
-    verifier: VerifierPool,
+    verifier: VerifierPool | None,
     records: Recorder,
     saved: Saved | None,
     topology: Topology,

@@ -27,6 +27,7 @@ EDGES = {
     "run/build.py": {"trainer_client"},  # the tool's schema, for the template
     "run/collect.py": {"trainer_client"},  # the Executes protocol
     "run/context.py": {"trainer_client"},  # the Executes protocol
+    "reward/grading.py": {"trainer_client"},  # the /verify wire models, for the service grader
     "engines/openai_api.py": {"httpx"},  # the OpenAI-compatible server client
     "run/local_service.py": {"sandbox_service"},  # starts the trainer's private service
     # The parent-death helper (standard library only), imported in the pool's process only:

@@ -1,0 +1,138 @@
+"""How rollouts are graded: in the trainer's own verifier pool, or by the service's POST /verify.
+
+Both score an answer as rl.reward.outcome does (1.0 when the last boxed answer equals the
+ground truth, else 0.0; no answer, one too long, a time-out or an unparsable one: 0.0), with the
+same checker (rl/reward/math_equal.py runs in the service's jails too). The service grader is
+asked per rollout as each one finishes, so grading overlaps the rollouts still running; the
+answers that finish within `max_wait_s` of each other go in one request. An answer the service
+could not judge even after the client's retries (queue_timeout, sandbox_error) raises: a reward
+of 0.0 for an overloaded service would be a wrong training signal, not a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from rl.reward.answer import extract_answer
+from rl.reward.outcome import MAX_ANSWER_CHARS, answer_rewards
+from rl.reward.verifier import VerifierPool
+from trainer_client.wire import VerifyItem, VerifyResult
+
+
+class UnjudgedAnswerError(RuntimeError):
+    """The service could not judge an answer within the client's retry policy."""
+
+
+class Verifies(Protocol):
+    """What the service grader needs of a client (trainer_client.SandboxClient has it)."""
+
+    async def verify(
+        self,
+        items: Sequence[VerifyItem | tuple[str, str]],
+        *,
+        timeout: float = ...,  # noqa: ASYNC109 (the check limit, named as the API field)
+        rel_tol: float = ...,
+    ) -> list[VerifyResult]: ...
+
+
+class Grader(Protocol):
+    """Rewards of finished rollouts' texts against their ground truths."""
+
+    per_rollout: bool
+    """True: grade each rollout as it finishes (reward); False: the whole batch after (rewards)."""
+
+    async def reward(self, response: str, truth: str) -> float: ...
+
+    async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]: ...
+
+
+@dataclass(eq=False, slots=True)
+class LocalGrader:
+    """The trainer's own verifier pool, after the rollouts (offline, or no service at hand)."""
+
+    pool: VerifierPool
+    fallback_to_last_boxed: bool = False
+    per_rollout: bool = False
+
+    async def reward(self, response: str, truth: str) -> float:
+        return (await self.rewards([response], [truth]))[0]
+
+    async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]:
+        return answer_rewards(
+            responses,
+            truths,
+            fallback_to_last_boxed=self.fallback_to_last_boxed,
+            verifier=self.pool,
+        )
+
+
+class ServiceGrader:
+    """The service's POST /verify, per rollout as it finishes, micro-batched."""
+
+    per_rollout = True
+
+    def __init__(
+        self,
+        client: Verifies,
+        *,
+        timeout_s: float = 5.0,
+        rel_tol: float = 1e-6,
+        fallback_to_last_boxed: bool = False,
+        max_wait_s: float = 0.05,
+    ) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self.rel_tol = rel_tol
+        self.fallback_to_last_boxed = fallback_to_last_boxed
+        self.max_wait_s = max_wait_s
+        self._pending: list[tuple[VerifyItem, asyncio.Future[float]]] = []
+        self._flush: asyncio.Task[None] | None = None
+
+    async def reward(self, response: str, truth: str) -> float:
+        if not truth.strip():
+            raise ValueError("empty ground truth")
+        answer = extract_answer(response, fallback_to_last_boxed=self.fallback_to_last_boxed)
+        if answer is None or len(answer) > MAX_ANSWER_CHARS:
+            return 0.0
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._pending.append((VerifyItem(answer=answer, reference=truth), future))
+        if self._flush is None:
+            self._flush = asyncio.ensure_future(self._send_after_wait())
+        return await future
+
+    async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]:
+        if len(responses) != len(truths):
+            raise ValueError(f"{len(responses)} responses but {len(truths)} ground truths")
+        return list(
+            await asyncio.gather(
+                *(self.reward(r, t) for r, t in zip(responses, truths, strict=True))
+            )
+        )
+
+    async def _send_after_wait(self) -> None:
+        await asyncio.sleep(self.max_wait_s)
+        batch, self._pending, self._flush = self._pending, [], None
+        try:
+            results = await self.client.verify(
+                [item for item, _ in batch], timeout=self.timeout_s, rel_tol=self.rel_tol
+            )
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (item, future), result in zip(batch, results, strict=True):
+            if future.done():  # its rollout was cancelled
+                continue
+            if not result.judged:
+                future.set_exception(
+                    UnjudgedAnswerError(
+                        f"the service did not judge {item.answer[:60]!r}: "
+                        f"{result.reason} {result.detail}".rstrip()
+                    )
+                )
+            else:
+                future.set_result(1.0 if result.correct else 0.0)
