@@ -153,6 +153,7 @@ def resume_settings(tmp_path: Path) -> dict[str, Any]:
         "device": "cpu",
         "plot": False,
         "sandbox": {"url": NO_SANDBOX},
+        "reward": {"verifier": "local"},  # no sandbox to grade through
         "model": {
             "hidden_size": 64,
             "num_layers": 2,
