@@ -24,11 +24,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sandbox_service.jobs import ResultDict
+from trainer_client.wire import (
+    VERIFY_ITEM_SLACK_S,
+    VERIFY_MAX_ITEMS_PER_JOB,
+    VERIFY_STARTUP_S,
+    VerdictName,
+)
 
-Verdict = Literal["correct", "incorrect", "timeout", "invalid"]
+Verdict = VerdictName
 VERDICTS: tuple[Verdict, ...] = ("correct", "incorrect", "timeout", "invalid")
 REASONS = frozenset(
     {
@@ -49,13 +55,6 @@ REASONS = frozenset(
 MAX_ANSWER_CHARS = 4096
 """Longer answers or references are `invalid` unchecked: no real answer is this long, and
 parsing one costs time that other items need."""
-STARTUP_S = 10.0
-"""Allowance per job for importing the checker in the jail (sympy is preloaded; math-verify
-and its LaTeX grammar take about a second on a busy core)."""
-ITEM_SLACK_S = 0.5
-"""Allowance per item beyond its limit: the fork, the kill, the reap."""
-MAX_ITEMS_PER_JOB = 32
-"""Most items one execution judges: more amortise the import, fewer spread over workers."""
 LINE_BUDGET_BYTES = 320
 """Stdout bytes reserved per item's verdict line (the driver bounds its detail to fit)."""
 DETAIL_CHARS = 200
@@ -92,14 +91,9 @@ class VerifyPlan:
 def items_per_job(item_timeout_s: float, max_timeout_s: float, max_output_bytes: int) -> int:
     """Most items one job may hold so that its program limit stays within max_timeout_s and its
     verdict lines within max_output_bytes; 0 when even one does not fit."""
-    by_time = int((max_timeout_s - STARTUP_S) // (item_timeout_s + ITEM_SLACK_S))
+    by_time = int((max_timeout_s - VERIFY_STARTUP_S) // (item_timeout_s + VERIFY_ITEM_SLACK_S))
     by_output = max_output_bytes // LINE_BUDGET_BYTES
-    return max(0, min(by_time, by_output, MAX_ITEMS_PER_JOB))
-
-
-def job_timeout_s(num_items: int, item_timeout_s: float) -> float:
-    """The program limit of a job of num_items items (the jail kills it there)."""
-    return STARTUP_S + num_items * (item_timeout_s + ITEM_SLACK_S)
+    return max(0, min(by_time, by_output, VERIFY_MAX_ITEMS_PER_JOB))
 
 
 def plan(items: Sequence[VerifyItem], per_job: int) -> VerifyPlan:

@@ -23,15 +23,16 @@ from trainer_client.errors import (
     ServiceError,
 )
 from trainer_client.retry import RetryPolicy, Verdict
-from trainer_client.wire import VerifyItem, VerifyResult
+from trainer_client.wire import (
+    VERIFY_MAX_ITEMS_PER_JOB,
+    VerifyItem,
+    VerifyResult,
+    verify_job_timeout_s,
+)
 
 VERIFY_PATH = "/verify"
 MAX_ITEMS_PER_REQUEST = 256
 """Items of one POST: several of the server's jobs (32 items each), far under its bound."""
-STARTUP_S = 10.0
-ITEM_SLACK_S = 0.5
-ITEMS_PER_JOB = 32
-"""The server's job sizing (sandbox_service/verification.py), for the read timeout only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,7 @@ SendVerify = Callable[[Sequence[VerifyItem], float, float, float], Awaitable[Ver
 
 def job_budget_s(items: int, timeout_s: float) -> float:
     """The longest the server's slowest job for `items` items may run (read-timeout sizing)."""
-    return STARTUP_S + min(items, ITEMS_PER_JOB) * (timeout_s + ITEM_SLACK_S)
+    return verify_job_timeout_s(min(items, VERIFY_MAX_ITEMS_PER_JOB), timeout_s)
 
 
 async def verify_chunk(

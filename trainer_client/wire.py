@@ -212,13 +212,47 @@ UNJUDGED_REASONS = frozenset({"queue_timeout", "sandbox_error"})
 """Reasons of an `invalid` verdict that mean the service could not judge the item: retry it."""
 
 
+VERIFY_STARTUP_S = 10.0
+"""Allowance per verification job for importing the checker in the jail (sympy is preloaded;
+math-verify and its LaTeX grammar take about a second on a busy core)."""
+VERIFY_ITEM_SLACK_S = 0.5
+"""Allowance per item beyond its limit: the fork, the kill, the reap."""
+VERIFY_MAX_ITEMS_PER_JOB = 32
+"""Most items one job judges: more amortise the import, fewer spread over workers."""
+
+
+def verify_job_timeout_s(num_items: int, item_timeout_s: float) -> float:
+    """The program limit of a verification job of num_items items: the server kills it there,
+    and a client sizes its read timeout by its slowest job."""
+    return VERIFY_STARTUP_S + num_items * (item_timeout_s + VERIFY_ITEM_SLACK_S)
+
+
 class VerifyItem(BaseModel):
     """One final answer and the reference it should equal (POST /verify)."""
 
     model_config = ConfigDict(extra="forbid")
 
     answer: str
+    """The extracted final answer (e.g. the content of the last `\\boxed{}`), LaTeX or plain."""
     reference: str
+    """The ground truth."""
+
+    @field_validator("answer", "reference")
+    @classmethod
+    def _encodable(cls, value: str) -> str:
+        return validate_text(value, "the text")
+
+
+class VerifyRequest(BaseModel):
+    """Answers to check, each under its own time limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[VerifyItem] = Field(min_length=1)
+    timeout: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds one item's check may take; past it the item is `timeout` (its check is killed)."""
+    rel_tol: Annotated[float, Field(ge=0, lt=1)] = 1e-6
+    """Relative tolerance for non-integer numbers; an integer reference must match exactly."""
 
 
 class VerifyResult(BaseModel):
@@ -226,6 +260,8 @@ class VerifyResult(BaseModel):
 
     verdict: VerdictName
     reason: str
+    """Why, as a code (see docs/service.md); `queue_timeout` and `sandbox_error` mean the
+    service could not judge the item: retry it."""
     detail: str = ""
     time: float = 0.0
     """Seconds the check took in its worker."""

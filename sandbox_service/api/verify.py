@@ -11,18 +11,24 @@ import functools
 import importlib.util
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import sandbox_service
 from sandbox_service import verification
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
-from trainer_client.wire import validate_text
+from trainer_client.wire import (
+    VERIFY_ITEM_SLACK_S,
+    VERIFY_MAX_ITEMS_PER_JOB,
+    VERIFY_STARTUP_S,
+    VerifyRequest,
+    VerifyResponse,
+    VerifyResult,
+    verify_job_timeout_s,
+)
 
 RunPayloads = Callable[[list[JobPayload], str], Awaitable[list[ResultDict]]]
 """The API's execution path: admit the payloads whole or not at all, await their results."""
@@ -31,53 +37,6 @@ CHECKER_MODULE = "rl.reward.math_equal"
 """The answer checker, the trainer's own: its source runs in the jail, never imported here."""
 VERIFY_MEMORY_MB = 1024
 """Memory of one verification job (the checker and its children, all together)."""
-
-
-class VerifyItemModel(BaseModel):
-    """One final answer and the reference it should equal."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    answer: str
-    """The extracted final answer (e.g. the content of the last `\\boxed{}`), LaTeX or plain."""
-    reference: str
-    """The ground truth."""
-
-    @field_validator("answer", "reference")
-    @classmethod
-    def _encodable(cls, value: str) -> str:
-        return validate_text(value, "the text")
-
-
-class VerifyRequest(BaseModel):
-    """Answers to check, each under its own time limit."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    items: list[VerifyItemModel] = Field(min_length=1)
-    timeout: Annotated[float, Field(gt=0)] = 5.0
-    """Seconds one item's check may take; past it the item is `timeout` (its check is killed)."""
-    rel_tol: Annotated[float, Field(ge=0, lt=1)] = 1e-6
-    """Relative tolerance for non-integer numbers; an integer reference must match exactly."""
-
-
-class ItemVerdictModel(BaseModel):
-    """The judgement of one item."""
-
-    verdict: str
-    """`correct`, `incorrect`, `timeout` or `invalid`."""
-    reason: str
-    """Why, as a code (see docs/service.md); `queue_timeout` and `sandbox_error` mean the
-    service could not judge the item: retry it."""
-    detail: str = ""
-    time: float = 0.0
-    """Seconds the check took in its worker."""
-
-
-class VerifyResponse(BaseModel):
-    """Verdicts in the order of the items."""
-
-    results: list[ItemVerdictModel]
 
 
 @functools.cache
@@ -102,7 +61,7 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
         )
         problems = []
         if per_job < 1:
-            longest = settings.max_timeout - verification.STARTUP_S - verification.ITEM_SLACK_S
+            longest = settings.max_timeout - VERIFY_STARTUP_S - VERIFY_ITEM_SLACK_S
             problems.append(
                 {
                     "type": "value_error",
@@ -111,12 +70,12 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
                     "input": request.timeout,
                 }
             )
-        if len(request.items) > settings.max_batch * verification.MAX_ITEMS_PER_JOB:
+        if len(request.items) > settings.max_batch * VERIFY_MAX_ITEMS_PER_JOB:
             problems.append(
                 {
                     "type": "too_long",
                     "loc": ["body", "items"],
-                    "msg": f"at most {settings.max_batch * verification.MAX_ITEMS_PER_JOB} items",
+                    "msg": f"at most {settings.max_batch * VERIFY_MAX_ITEMS_PER_JOB} items",
                     "input": None,
                 }
             )
@@ -131,7 +90,7 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
                 stdin=verification.job_stdin(
                     [items[i] for i in job], request.timeout, request.rel_tol
                 ),
-                timeout_s=verification.job_timeout_s(len(job), request.timeout),
+                timeout_s=verify_job_timeout_s(len(job), request.timeout),
                 memory_mb=VERIFY_MEMORY_MB,
                 request_id=request_id_var.get(),
             )
@@ -147,7 +106,7 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
                     verdicts[index] = verdict
         return VerifyResponse(
             results=[
-                ItemVerdictModel(verdict=v.verdict, reason=v.reason, detail=v.detail, time=v.time_s)
+                VerifyResult(verdict=v.verdict, reason=v.reason, detail=v.detail, time=v.time_s)
                 for v in (verdicts[i] for i in range(len(items)))
             ]
         )

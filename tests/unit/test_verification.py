@@ -12,6 +12,7 @@ import pytest
 
 from sandbox_service import verification as v
 from sandbox_service.api.verify import CHECKER_MODULE, verify_code
+from trainer_client.wire import VERIFY_MAX_ITEMS_PER_JOB, verify_job_timeout_s
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,8 +33,8 @@ def test_items_that_need_no_checker_are_answered_and_the_rest_spread_evenly() ->
 
 def test_a_job_fits_the_servers_time_and_output_limits() -> None:
     per_job = v.items_per_job(5.0, 60.0, 65536)
-    assert 1 <= per_job <= v.MAX_ITEMS_PER_JOB
-    assert v.job_timeout_s(per_job, 5.0) <= 60.0
+    assert 1 <= per_job <= VERIFY_MAX_ITEMS_PER_JOB
+    assert verify_job_timeout_s(per_job, 5.0) <= 60.0
     assert v.items_per_job(5.0, 60.0, 2 * v.LINE_BUDGET_BYTES) == 2
     assert v.items_per_job(55.0, 60.0, 65536) == 0  # one item and the import do not fit
 
