@@ -10,6 +10,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+KILLED_NOTE = "\ncancelled: the client went away; the program was killed"
+"""Appended to the stderr of a program killed because its client disconnected."""
+NEVER_RAN = "cancelled: the client went away before the program started; it never ran"
+"""The stderr of a cancelled job that was dequeued (or about to start) but never run."""
+
 
 class Cancel:
     """One job's cancellation: `request()` from any thread; `attach(abort)` while it runs."""

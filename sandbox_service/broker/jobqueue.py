@@ -45,6 +45,7 @@ from rq.timeouts import JobTimeoutException
 from rq.worker import DequeueStrategy, WorkerStatus
 
 from sandbox_service import keys
+from sandbox_service.cancel import NEVER_RAN
 from sandbox_service.execution import Status
 from sandbox_service.jobs import (
     JobPayload,
@@ -427,8 +428,7 @@ class LeanWorker(SimpleWorker):
             payload = JobPayload.from_wire(job.args[0])
             if cancelled:
                 log.info("job cancelled before it started", extra=fields(job_id=job.id))
-                message = "cancelled: the client went away before the program started; never ran"
-                self._deliver(job, reply_to, failure_result(Status.KILLED, message, job.id))
+                self._deliver(job, reply_to, failure_result(Status.KILLED, NEVER_RAN, job.id))
                 return
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):

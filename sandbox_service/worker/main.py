@@ -27,7 +27,7 @@ from sandbox_service import keys
 from sandbox_service.broker import jobqueue
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
-from sandbox_service.cancel import Cancel
+from sandbox_service.cancel import KILLED_NOTE, NEVER_RAN, Cancel
 from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
@@ -43,10 +43,6 @@ log = logging.getLogger(__name__)
 def execute(wire: dict[str, Any]) -> None:
     """The function RQ jobs name; LeanWorker hands the decoded payload to its JobRunner instead."""
     raise RuntimeError("rl-sandbox jobs run only in `rl-sandbox worker` processes")
-
-
-CANCELLED = "\ncancelled: the client went away; the program was killed"
-CANCELLED_BEFORE_START = "cancelled: the client went away before the program started; it never ran"
 
 
 def worker_name(slot: int, pid: int) -> str:
@@ -115,13 +111,13 @@ class JobRunner:
                     Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
                 )
             elif cancel.requested:
-                result = ExecutionResult.failure(Status.KILLED, CANCELLED_BEFORE_START)
+                result = ExecutionResult.failure(Status.KILLED, NEVER_RAN)
             elif job.session_id is not None:
                 result, restored = self._run_cell(job, job_id, cancel)
             else:
                 result = self._execute(job, job_id, cancel)
             if cancel.requested and result.status in (Status.TIMEOUT, Status.SANDBOX_ERROR):
-                result = replace(result, status=Status.KILLED, stderr=result.stderr + CANCELLED)
+                result = replace(result, status=Status.KILLED, stderr=result.stderr + KILLED_NOTE)
             result = replace(result, queue_time=queue_time, restored=restored)
             wire = result_to_wire(result, job_id)
             session = {} if job.session_id is None else {"session": job.session_id}
