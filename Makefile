@@ -8,9 +8,17 @@ PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
-# uv keeps a package cache (~/.cache/uv), so a reinstall on the same machine is seconds,
-# even with the several-GB PyTorch wheel of the `rl` extra.
-EXTRAS ?= dev,rl,deploy
+# One venv whose installed extras grow with the targets run: `make setup` (hence `make run`)
+# installs the service alone; a target that needs an extra installs it once, stamped by
+# .installed-<extra> and redone when pyproject.toml changes. uv keeps a package cache
+# (~/.cache/uv), so a reinstall on the same machine is seconds, even with the several-GB PyTorch
+# wheel of the `rl` extra. `make setup EXTRAS=dev,rl` adds extras to the setup.
+EXTRAS ?=
+comma := ,
+extra = $(VENV)/.installed-$(1)
+DEV := $(call extra,dev)
+RL := $(call extra,rl)
+DEPLOY := $(call extra,deploy)
 
 .PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench loadtest deploy-check clean demo-rl image-test
 
@@ -20,7 +28,7 @@ help:
 	@echo "make test-cgroup2 - tests/cgroup2 inside a cgroup v2 guest (QEMU)"
 	@echo "make lint   - ruff and mypy"
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(foreach e,$(subst $(comma), ,$(EXTRAS)),$(call extra,$(e)))
 
 system-packages:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -40,9 +48,14 @@ $(STAMP): pyproject.toml
 	  $$PYBIN -m venv $(VENV); \
 	fi; \
 	[ -x $(UV) ] || $(PY) -m pip install -q uv; \
-	$(UV) pip install -q --compile-bytecode --python $(PY) -e '.[$(EXTRAS)]'; \
+	$(UV) pip install -q --compile-bytecode --python $(PY) -e .; \
 	scripts/make-runtime-traversable.sh $(PY); \
 	touch $(STAMP)
+
+# An extra on top of the service (pip keeps the extras installed before).
+$(VENV)/.installed-%: $(STAMP) pyproject.toml
+	$(UV) pip install -q --compile-bytecode --python $(PY) -e '.[$*]'
+	@touch $@
 
 run: setup
 	$(VENV)/bin/rl-sandbox up
@@ -50,13 +63,13 @@ run: setup
 # After the suite, tests/cgroup2 again on a real cgroup v2 kernel (test-cgroup2), unless this host
 # is v2 already (then the suite ran them there) or CGROUP2_GUEST=0.
 CGROUP2_GUEST ?= 1
-test: setup
+test: setup $(DEV) $(RL) $(DEPLOY)
 	$(VENV)/bin/pytest
 	@if [ "$(CGROUP2_GUEST)" = 0 ]; then echo "test-cgroup2 skipped (CGROUP2_GUEST=0)"; \
 	elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup v2 host: tests/cgroup2 ran natively"; \
 	else $(MAKE) --no-print-directory test-cgroup2; fi
 
-test-fast: setup
+test-fast: setup $(DEV) $(RL) $(DEPLOY)
 	$(VENV)/bin/pytest -m "not slow"
 
 # tests/cgroup2 (the jail's limits and an `rl-sandbox up` round trip) on a real cgroup v2 kernel:
@@ -72,18 +85,18 @@ CGROUP2_TESTS ?= tests/cgroup2/test_jail_limits.py tests/cgroup2/test_service_ro
   tests/cgroup2/test_worker_entrypoint.py \
   tests/cgroup2/test_slot_cgroups.py::test_the_parent_delegates_memory_pids_and_cpu \
   tests/cgroup2/test_slot_cgroups.py::test_a_parent_that_holds_processes_is_refused_with_the_fix
-test-cgroup2: setup
+test-cgroup2: setup $(DEV)
 	scripts/cgroup2_guest/build.sh "$$(scripts/find-python.sh $(PYTHON_VERSION))"
 	TIMEOUT=$(GUEST_TIMEOUT_S) scripts/cgroup2_guest/run.sh \
 	  'RL_SANDBOX_JAIL_START_TIMEOUT_S=600 python -m pytest $(CGROUP2_TESTS) -q -rA -p no:cacheprovider -o timeout=900 --durations=0'
 
-lint: setup
+lint: setup $(DEV) $(RL)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --python-version 3.10 -p trainer_client  # the client installs into 3.10
 
-format: setup
+format: setup $(DEV)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
@@ -93,14 +106,12 @@ clean:
 # Offline static validation of deploy/: the compose file, the Dockerfile, every kustomize
 # rendering, against the schemas and tools pinned in the `deploy` extra (no network at check time).
 # tests/deploy runs the same checks in `make test` wherever the `deploy` extra is installed.
-deploy-check: setup
-	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \
-	  $(UV) pip install -q --python $(PY) -e '.[$(EXTRAS),deploy]' && touch $(VENV)/.installed-deploy; }
+deploy-check: setup $(DEPLOY)
 	$(PY) deploy/check.py
 
 # The CPU end-to-end GRPO-RoC recipe: tiny model and tokenizer built locally, SFT then RL against
 # a private rl-sandbox that the run starts and stops. Writes runs/demo-rl/{metrics.jsonl,metrics.png}.
-demo-rl: setup
+demo-rl: setup $(RL)
 	$(VENV)/bin/rl-sandbox train --config configs/demo-rl.toml
 
 # Locust, headless and bounded (LOADTEST_TIME), against a private service on 127.0.0.1 that it
@@ -111,7 +122,7 @@ LOADTEST_USERS ?= 40
 LOADTEST_TIME ?= 60s
 LOADTEST_SESSIONS ?= 1
 LOADTEST_OUT ?= reports/loadtest
-loadtest: setup
+loadtest: setup $(DEV)
 	$(PY) loadtests/run_local.py --users $(LOADTEST_USERS) --run-time $(LOADTEST_TIME) \
 	  $(if $(LOADTEST_SESSIONS),,--no-sessions) --out $(LOADTEST_OUT)
 
@@ -135,8 +146,6 @@ bench-executor: setup
 # API contract, hostile programs, the worker's privileges, scaling and a worker lost under load.
 # Tears everything down, also on failure or interrupt. Writes reports/image/build.json (sizes).
 IMAGE_DEB_PACKAGES := podman runc debootstrap patchelf uidmap netavark aardvark-dns iptables
-image-test: setup
+image-test: setup $(DEV) $(DEPLOY)
 	@$(MAKE) --no-print-directory system-packages DEB_PACKAGES="$(IMAGE_DEB_PACKAGES)"
-	@[ $(VENV)/.installed-deploy -nt pyproject.toml ] || { \
-	  $(UV) pip install -q --python $(PY) -e '.[$(EXTRAS),deploy]' && touch $(VENV)/.installed-deploy; }
 	RL_SANDBOX_IMAGE_TEST=1 $(VENV)/bin/pytest tests/image -p no:cacheprovider
