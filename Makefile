@@ -23,8 +23,8 @@ DEPLOY := $(call extra,deploy)
 .PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench loadtest deploy-check clean demo-rl image-test
 
 help:
-	@echo "make run    - set up and run the service locally (API on http://127.0.0.1:8000)"
-	@echo "make test   - set up and run the full test suite"
+	@echo "make run    - set up (the service alone) and run it locally (API on http://127.0.0.1:8000)"
+	@echo "make test   - set up (with the dev, rl and deploy extras) and run the full test suite"
 	@echo "make test-cgroup2 - tests/cgroup2 inside a cgroup v2 guest (QEMU)"
 	@echo "make lint   - ruff and mypy"
 
