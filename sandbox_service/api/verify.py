@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 
 import sandbox_service
 from sandbox_service import verification
+from sandbox_service.api.execute_routes import ERRORS
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
@@ -53,7 +54,11 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
     """The /verify route over the API's execution path."""
     router = APIRouter()
 
-    @router.post("/verify", response_model=VerifyResponse)
+    @router.post(
+        "/verify",
+        response_model=VerifyResponse,
+        responses={code: ERRORS[code] for code in (429, 503)},
+    )
     async def verify(request: VerifyRequest) -> VerifyResponse:
         """Check answers against references (mathematical equivalence), in the workers' jails."""
         per_job = verification.items_per_job(
