@@ -176,11 +176,11 @@ def encode_result(result: ResultDict) -> str:
     return json.dumps(result, separators=(",", ":"))
 
 
-def encode_notice(job_id: str, result_json: str) -> str:
+def encode_notice(execution_id: str, result_json: str) -> str:
     """The completion notice: the job id, with the result inline unless it is large."""
     if len(result_json) <= INLINE_RESULT_MAX_BYTES:
-        return f'{{"id":{json.dumps(job_id)},"r":{result_json}}}'
-    return json.dumps({"id": job_id})
+        return f'{{"id":{json.dumps(execution_id)},"r":{result_json}}}'
+    return json.dumps({"id": execution_id})
 
 
 def decode_notice(raw: bytes | str) -> tuple[str, ResultDict | None]:

@@ -1,21 +1,21 @@
 """Every Redis key the service uses, in one place (pure: names only, no I/O).
 
 Keys written by RQ itself follow RQ's own scheme and are named here too, so that one file answers
-"what does rl-sandbox keep in Redis":
+"what does rl-sandbox keep in Redis" (`<xid>` is an execution id, RQ's job id; `<id>` a session id):
 
 | key | type | written by | read by | lifetime |
 |---|---|---|---|---|
-| `rq:queue:<queue>` | list of job ids | API (enqueue) | workers (BLPOP) | until dequeued |
-| `rq:job:<job_id>` | hash (RQ job; `data` is JSON) | API | workers, API watchdog | until finished |
+| `rq:queue:<queue>` | list of execution ids | API (enqueue) | workers (BLPOP) | until dequeued |
+| `rq:job:<xid>` | hash (RQ job; `data` is JSON) | API | workers, API watchdog | until finished |
 | `rq:worker:<name>`, `rq:workers*` | RQ worker registry | workers | `rq info` | worker life |
-| `<queue>:result:<job_id>` | string, JSON result | workers | API watchdog | `result_ttl_s` |
+| `<queue>:result:<xid>` | string, JSON result | workers | API watchdog | `result_ttl_s` |
 | `<queue>:reply:<api_id>` | list of completion notices | workers | its API | `result_ttl_s` |
 | `<queue>:alive` | zset: worker -> last beat (epoch s) | workers, supervisor | API | pruned |
 | `rq:queue:<queue>:w:<worker>` | list: a worker's own queue | API | that worker | dequeued |
 | `<queue>:session:<id>` | hash: `owner` worker, `n` cells | API (claim), owner | both | TTL |
 | `<queue>:cells:<id>` | list: recorded cells (JSON) | owner worker | restoring worker | TTL |
-| `<queue>:cancelled:<job_id>` | marker: its client left | API | workers, at start | job budget |
-| `<queue>:cancel:<worker>` | list: job ids to kill now | API | that worker | `result_ttl_s` |
+| `<queue>:cancelled:<xid>` | marker: its client left | API | workers, at start | job budget |
+| `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
@@ -31,14 +31,14 @@ def rq_queue(queue: str) -> str:
     return f"rq:queue:{queue}"
 
 
-def rq_job(job_id: str) -> str:
+def rq_job(execution_id: str) -> str:
     """RQ's hash of one job."""
-    return f"rq:job:{job_id}"
+    return f"rq:job:{execution_id}"
 
 
-def result(queue: str, job_id: str) -> str:
+def result(queue: str, execution_id: str) -> str:
     """The JSON result of one finished job, kept for recovery when its notice was lost."""
-    return f"{queue}:result:{job_id}"
+    return f"{queue}:result:{execution_id}"
 
 
 def reply(queue: str, api_id: str) -> str:
@@ -77,11 +77,11 @@ def session_cells(queue: str, session_id: str) -> str:
     return f"{queue}:cells:{session_id}"
 
 
-def cancelled(queue: str, job_id: str) -> str:
+def cancelled(queue: str, execution_id: str) -> str:
     """Marker of a job whose client went away: a worker that dequeues it does not run it."""
-    return f"{queue}:cancelled:{job_id}"
+    return f"{queue}:cancelled:{execution_id}"
 
 
 def cancel_list(queue: str, worker: str) -> str:
-    """The list of job ids that one worker must kill now (their clients went away)."""
+    """The list of execution ids that one worker must kill now (their clients went away)."""
     return f"{queue}:cancel:{worker}"

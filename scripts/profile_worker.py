@@ -35,11 +35,11 @@ QUEUE = "profile"
 class Answer:
     """A handler that answers every job with a fixed small result (no program runs)."""
 
-    def run(self, job_id: str, payload: JobPayload) -> ResultDict:
-        return failure_result(Status.OK, "", job_id)
+    def run(self, execution_id: str, payload: JobPayload) -> ResultDict:
+        return failure_result(Status.OK, "", execution_id)
 
-    def abandon(self, job_id: str, payload: JobPayload, reason: str) -> ResultDict:
-        return failure_result(Status.SANDBOX_ERROR, reason, job_id)
+    def abandon(self, execution_id: str, payload: JobPayload, reason: str) -> ResultDict:
+        return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -97,13 +97,13 @@ def patch_api() -> None:
         # JobQueue.admit (thread) or JobQueue.admission (script), whichever admits.
         for group in groups:
             for job in group:
-                stamp("admit_start", job.job_id)
-                stamp(f"rid={job.payload.get('rid', '')}", job.job_id)
+                stamp("admit_start", job.execution_id)
+                stamp(f"rid={job.payload.get('rid', '')}", job.execution_id)
 
     def admit_after(result: Any, self: Any, groups: Any, *rest: Any) -> None:
         for group in groups:
             for job in group:
-                stamp("admit_end", job.job_id)
+                stamp("admit_end", job.execution_id)
 
     for name in ("admit", "admission"):
         if hasattr(jobqueue.JobQueue, name):
@@ -132,8 +132,8 @@ def patch_worker() -> None:
     wrap(
         worker.JobRunner,
         "run",
-        lambda self, job_id, payload: stamp("run_start", job_id),
-        lambda result, self, job_id, payload: stamp("run_end", job_id),
+        lambda self, execution_id, payload: stamp("run_start", execution_id),
+        lambda result, self, execution_id, payload: stamp("run_end", execution_id),
     )
     wrap(
         executor.JailExecutor,
@@ -212,8 +212,8 @@ def analyse(files: list[Path]) -> dict[str, Any]:
             else:
                 events[key][event] = t
     # Merge each job's events into its request's.
-    for job_id, rid in rid_of.items():
-        events[rid].update(events.pop(job_id, {}))
+    for execution_id, rid in rid_of.items():
+        events[rid].update(events.pop(execution_id, {}))
     rows = []
     for label, start, end in SEGMENTS:
         deltas = [(e[end] - e[start]) / 1e6 for e in events.values() if start in e and end in e]

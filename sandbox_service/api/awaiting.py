@@ -63,20 +63,20 @@ class Outstanding:
     def __init__(self) -> None:
         self.jobs: dict[str, Pending] = {}
 
-    def add(self, job_id: str, pending: Pending) -> None:
-        """Start waiting for job_id."""
-        self.jobs[job_id] = pending
+    def add(self, execution_id: str, pending: Pending) -> None:
+        """Start waiting for execution_id."""
+        self.jobs[execution_id] = pending
 
-    def resolve(self, job_id: str, result: ResultDict) -> None:
+    def resolve(self, execution_id: str, result: ResultDict) -> None:
         """Hand a result to the waiting request, if any still waits."""
-        pending = self.jobs.pop(job_id, None)
+        pending = self.jobs.pop(execution_id, None)
         if pending is not None and not pending.future.done():
             pending.future.set_result(result)
 
-    def discard(self, job_ids: Sequence[str]) -> None:
+    def discard(self, execution_ids: Sequence[str]) -> None:
         """Stop waiting (the jobs were never admitted)."""
-        for job_id in job_ids:
-            self.jobs.pop(job_id, None)
+        for execution_id in execution_ids:
+            self.jobs.pop(execution_id, None)
 
 
 class Awaiter:
@@ -104,12 +104,12 @@ class Awaiter:
         self._on_retry = on_retry
         self._max_check_every = 4 * settings.poll_interval_s
 
-    def track(self, job_id: str, payload: JobPayload) -> asyncio.Future[ResultDict]:
+    def track(self, execution_id: str, payload: JobPayload) -> asyncio.Future[ResultDict]:
         """Register a job before it is enqueued (its notice may beat the enqueue's reply)."""
         now = time.monotonic()
         future: asyncio.Future[ResultDict] = asyncio.get_running_loop().create_future()
         self.outstanding.add(
-            job_id,
+            execution_id,
             Pending(
                 payload=payload,
                 future=future,
@@ -126,18 +126,18 @@ class Awaiter:
     def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> list[str]:
         """Stop waiting for these futures' jobs; their current ids (a retried job has a new one)."""
         wanted = {id(future) for future in futures}
-        job_ids = [
-            job_id
-            for job_id, pending in self.outstanding.jobs.items()
+        execution_ids = [
+            execution_id
+            for execution_id, pending in self.outstanding.jobs.items()
             if id(pending.future) in wanted
         ]
-        self.outstanding.discard(job_ids)
-        return job_ids
+        self.outstanding.discard(execution_ids)
+        return execution_ids
 
-    def mark_admitted(self, job_ids: Sequence[str]) -> None:
+    def mark_admitted(self, execution_ids: Sequence[str]) -> None:
         """The jobs are in the queue: the watchdog may inspect them now."""
-        for job_id in job_ids:
-            pending = self.outstanding.jobs.get(job_id)
+        for execution_id in execution_ids:
+            pending = self.outstanding.jobs.get(execution_id)
             if pending is not None:
                 pending.admitted = True
 
@@ -161,17 +161,17 @@ class Awaiter:
     async def _on_notices(self, notices: Sequence[bytes]) -> None:
         to_fetch: list[str] = []
         for raw in notices:
-            job_id, result = decode_notice(raw)
+            execution_id, result = decode_notice(raw)
             if result is None:
-                to_fetch.append(job_id)
+                to_fetch.append(execution_id)
             else:
-                self.outstanding.resolve(job_id, result)
+                self.outstanding.resolve(execution_id, result)
         if to_fetch:
             queue = self._settings.queue_name
             values = await self._redis.mget([keys.result(queue, j) for j in to_fetch])
-            for job_id, value in zip(to_fetch, values, strict=True):
+            for execution_id, value in zip(to_fetch, values, strict=True):
                 if value is not None:  # else the watchdog finds out what happened
-                    self.outstanding.resolve(job_id, json.loads(value))
+                    self.outstanding.resolve(execution_id, json.loads(value))
 
     async def watch(self) -> None:
         """Re-check waiting jobs every poll_interval_s, until cancelled."""
@@ -189,15 +189,17 @@ class Awaiter:
         now = time.monotonic()
         expired: list[str] = []
         due: list[str] = []
-        for job_id, pending in self.outstanding.jobs.items():
+        for execution_id, pending in self.outstanding.jobs.items():
             if not pending.admitted:
                 continue
             if now >= pending.give_up_at:
-                expired.append(job_id)
+                expired.append(execution_id)
             elif now >= pending.next_check:
-                due.append(job_id)
-        for job_id in expired:
-            self._answer(job_id, Status.SANDBOX_ERROR, "no result within the server's deadline")
+                due.append(execution_id)
+        for execution_id in expired:
+            self._answer(
+                execution_id, Status.SANDBOX_ERROR, "no result within the server's deadline"
+            )
         if expired:
             await self._run_sync(self._job_queue.withdraw, expired)
         if not due:
@@ -209,17 +211,17 @@ class Awaiter:
         # running there: look at the session's other jobs now, so that the running one is run
         # again (at the front of the new owner's queue) in the same round, before them.
         stranded = {
-            self.outstanding.jobs[job_id].payload.session_id
-            for job_id, state in zip(due, states, strict=True)
-            if state.kind == "stranded" and job_id in self.outstanding.jobs
+            self.outstanding.jobs[execution_id].payload.session_id
+            for execution_id, state in zip(due, states, strict=True)
+            if state.kind == "stranded" and execution_id in self.outstanding.jobs
         }
         if stranded:
             seen = set(due)
             more = [
-                job_id
-                for job_id, pending in self.outstanding.jobs.items()
+                execution_id
+                for execution_id, pending in self.outstanding.jobs.items()
                 if pending.admitted
-                and job_id not in seen
+                and execution_id not in seen
                 and pending.payload.session_id in stranded
             ]
             if more:
@@ -227,7 +229,7 @@ class Awaiter:
                 states += await self._run_sync(self._job_queue.inspect, more, alive_since)
         await self._act(due, states)
 
-    async def _act(self, job_ids: Sequence[str], states: Sequence[JobState]) -> None:
+    async def _act(self, execution_ids: Sequence[str], states: Sequence[JobState]) -> None:
         now_m, now = time.monotonic(), time.time()
         withdraw: list[str] = []
         withdraw_from: list[str] = []
@@ -235,8 +237,8 @@ class Awaiter:
         fail: list[str] = []
         stranded: list[JobState] = []
         stranded_ids: list[str] = []
-        for job_id, state in zip(job_ids, states, strict=True):
-            pending = self.outstanding.jobs.get(job_id)
+        for execution_id, state in zip(execution_ids, states, strict=True):
+            pending = self.outstanding.jobs.get(execution_id)
             if pending is None:
                 continue  # resolved by the listener meanwhile
             action = decide(
@@ -249,64 +251,66 @@ class Awaiter:
             )
             if action is Action.DELIVER:
                 assert state.result is not None
-                self.outstanding.resolve(job_id, state.result)
+                self.outstanding.resolve(execution_id, state.result)
                 continue
             if action is Action.WITHDRAW:
-                withdraw.append(job_id)
+                withdraw.append(execution_id)
                 withdraw_from.append(state.queue)
             elif action is Action.RETRY:
-                retry.append(job_id)
+                retry.append(execution_id)
             elif action is Action.FAIL:
-                fail.append(job_id)
+                fail.append(execution_id)
             elif action is Action.REROUTE:
-                stranded_ids.append(job_id)
+                stranded_ids.append(execution_id)
                 stranded.append(state)
             pending.check_every = next_check_every(pending.check_every, self._max_check_every)
             pending.next_check = now_m + pending.check_every
         if withdraw:
             removed = await self._run_sync(self._job_queue.withdraw, withdraw, withdraw_from)
-            for job_id, was_removed in zip(withdraw, removed, strict=True):
+            for execution_id, was_removed in zip(withdraw, removed, strict=True):
                 if was_removed:
                     self._answer(
-                        job_id, Status.QUEUE_TIMEOUT, "not started within the queue deadline"
+                        execution_id, Status.QUEUE_TIMEOUT, "not started within the queue deadline"
                     )
         if fail:
             await self._run_sync(self._job_queue.forget, fail)
-            for job_id in fail:
-                self._answer(job_id, Status.SANDBOX_ERROR, "the worker running this job was lost")
+            for execution_id in fail:
+                self._answer(
+                    execution_id, Status.SANDBOX_ERROR, "the worker running this job was lost"
+                )
         if retry:
             await self._retry(retry, now)
         if stranded_ids:
             await self._reroute(stranded_ids, [state.queue for state in stranded])
 
-    async def _reroute(self, job_ids: Sequence[str], queues: Sequence[str]) -> None:
+    async def _reroute(self, execution_ids: Sequence[str], queues: Sequence[str]) -> None:
         """Move jobs (never started) off the own queues of dead workers, in their order."""
-        await self._run_sync(self._job_queue.withdraw, job_ids, queues)
+        await self._run_sync(self._job_queue.withdraw, execution_ids, queues)
         # One that was not in its queue any more was popped by its worker as it died (the reply
         # of a pending BLPOP goes to a socket the kernel has not closed yet): move it as well.
         # Only the owner reads its own queue, so a worker that merely beat late may run it too;
         # the first result wins, as for lost jobs.
-        await self._run_sync(self._job_queue.forget, job_ids)
+        await self._run_sync(self._job_queue.forget, execution_ids)
         moved: list[NewJob] = []
-        for job_id in job_ids:
-            pending = self.outstanding.jobs.get(job_id)
+        for execution_id in execution_ids:
+            pending = self.outstanding.jobs.get(execution_id)
             if pending is None:
                 continue
-            moved.append(NewJob.of(job_id, pending.payload, self._settings))
+            moved.append(NewJob.of(execution_id, pending.payload, self._settings))
             log.warning(
                 "job queued on a dead worker; routing it again",
-                extra=fields(job_id=job_id, request_id=pending.payload.request_id),
+                extra=fields(execution_id=execution_id, request_id=pending.payload.request_id),
             )
         if moved:
             await self._run_sync(self._job_queue.enqueue, await self._run_sync(self._route, moved))
 
-    async def _retry(self, job_ids: Sequence[str], now: float) -> None:
-        await self._run_sync(self._job_queue.forget, job_ids)
+    async def _retry(self, execution_ids: Sequence[str], now: float) -> None:
+        await self._run_sync(self._job_queue.forget, execution_ids)
         retries: list[tuple[str, str, Pending]] = []
-        for job_id in job_ids:
-            pending = self.outstanding.jobs.get(job_id)
+        for execution_id in execution_ids:
+            pending = self.outstanding.jobs.get(execution_id)
             if pending is not None:
-                retries.append((job_id, uuid.uuid4().hex, pending))
+                retries.append((execution_id, uuid.uuid4().hex, pending))
         if not retries:
             return
         new_jobs: list[NewJob] = []
@@ -326,21 +330,27 @@ class Awaiter:
             new_jobs.append(NewJob.of(new_id, payload, self._settings))
             log.warning(
                 "job lost with its worker; running it again",
-                extra=fields(job_id=old_id, retry_job_id=new_id, request_id=payload.request_id),
+                extra=fields(
+                    execution_id=old_id, retry_job_id=new_id, request_id=payload.request_id
+                ),
             )
             self._on_retry()
         routed = await self._run_sync(self._route, new_jobs)
         await self._run_sync(self._job_queue.enqueue, routed, True)
 
-    def _answer(self, job_id: str, status: Status, message: str) -> None:
-        pending = self.outstanding.jobs.get(job_id)
+    def _answer(self, execution_id: str, status: Status, message: str) -> None:
+        pending = self.outstanding.jobs.get(execution_id)
         if pending is None:
             return
         queue_time = time.time() - pending.payload.admitted_at
-        log.warning(message, extra=fields(job_id=job_id, request_id=pending.payload.request_id))
-        self.outstanding.resolve(job_id, failure_result(status, message, job_id, queue_time))
+        log.warning(
+            message, extra=fields(execution_id=execution_id, request_id=pending.payload.request_id)
+        )
+        self.outstanding.resolve(
+            execution_id, failure_result(status, message, execution_id, queue_time)
+        )
 
     def fail_all(self, message: str) -> None:
         """Answer every waiting request sandbox_error (the process is stopping)."""
-        for job_id in list(self.outstanding.jobs):
-            self._answer(job_id, Status.SANDBOX_ERROR, message)
+        for execution_id in list(self.outstanding.jobs):
+            self._answer(execution_id, Status.SANDBOX_ERROR, message)

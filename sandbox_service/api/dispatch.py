@@ -141,16 +141,16 @@ class Dispatcher:
         jobs: list[NewJob] = []
         futures: list[asyncio.Future[ResultDict]] = []
         for payload in payloads:
-            job_id = uuid.uuid4().hex
+            execution_id = uuid.uuid4().hex
             stamped = replace(
                 payload,
                 reply_to=self.awaiter_reply_key,
                 admitted_at=admitted_at,
                 start_by=start_by,
             )
-            futures.append(self.awaiter.track(job_id, stamped))
-            jobs.append(NewJob.of(job_id, stamped, self.settings))
-        job_ids = [job.job_id for job in jobs]
+            futures.append(self.awaiter.track(execution_id, stamped))
+            jobs.append(NewJob.of(execution_id, stamped, self.settings))
+        execution_ids = [job.execution_id for job in jobs]
         admission = self._request_admission(jobs)
         try:
             admitted = await asyncio.shield(admission)
@@ -159,12 +159,12 @@ class Dispatcher:
             admission.add_done_callback(lambda done: self._abandon_if_admitted(done, futures))
             raise
         except BaseException:
-            self.awaiter.outstanding.discard(job_ids)
+            self.awaiter.outstanding.discard(execution_ids)
             raise
         if not admitted:
-            self.awaiter.outstanding.discard(job_ids)
+            self.awaiter.outstanding.discard(execution_ids)
             raise Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
-        self.awaiter.mark_admitted(job_ids)
+        self.awaiter.mark_admitted(execution_ids)
         try:
             return list(await asyncio.gather(*futures))
         except asyncio.CancelledError:
@@ -174,10 +174,10 @@ class Dispatcher:
     def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> None:
         """Nobody waits for these any more (the client went away): drop the jobs not started,
         kill the running ones (in the background: the request is over)."""
-        job_ids = self.awaiter.abandon(futures)
-        if not job_ids:
+        execution_ids = self.awaiter.abandon(futures)
+        if not execution_ids:
             return
-        task = asyncio.create_task(self._cancel(job_ids), name="cancel")
+        task = asyncio.create_task(self._cancel(execution_ids), name="cancel")
         self._cancelling.add(task)
         task.add_done_callback(self._cancelling.discard)
 
@@ -189,10 +189,12 @@ class Dispatcher:
         else:
             self.awaiter.abandon(futures)
 
-    async def _cancel(self, job_ids: list[str]) -> None:
+    async def _cancel(self, execution_ids: list[str]) -> None:
         marker_ttl_s = int(self.settings.api_wait_s(self.settings.max_timeout)) + 1
         try:
-            dropped, signalled = await self._run_sync(self._job_queue.cancel, job_ids, marker_ttl_s)
+            dropped, signalled = await self._run_sync(
+                self._job_queue.cancel, execution_ids, marker_ttl_s
+            )
         except (RedisError, OSError) as exc:
             log.warning("cancelling abandoned jobs failed: %s", exc)
             return
@@ -200,7 +202,7 @@ class Dispatcher:
         self.cancelled_killed += len(signalled)
         log.info(
             "abandoned jobs cancelled",
-            extra=fields(jobs=len(job_ids), dropped=len(dropped), killed=len(signalled)),
+            extra=fields(jobs=len(execution_ids), dropped=len(dropped), killed=len(signalled)),
         )
 
     async def end_session(self, session_id: str, request_id: str = "") -> bool:

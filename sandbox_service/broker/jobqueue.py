@@ -69,16 +69,16 @@ JOB_FUNC = "sandbox_service.worker.main.execute"
 class NewJob:
     """One job to enqueue: its id, its payload and the worker's time budget for it."""
 
-    job_id: str
+    execution_id: str
     payload: JobPayload
     budget_s: float
     queue: str = ""
     """RQ queue name to enqueue on (a worker's own queue); empty: the shared queue."""
 
     @classmethod
-    def of(cls, job_id: str, payload: JobPayload, settings: Settings) -> NewJob:
+    def of(cls, execution_id: str, payload: JobPayload, settings: Settings) -> NewJob:
         """The job of `payload`, with the budget the settings give it."""
-        return cls(job_id, payload, payload.worker_budget_s(settings))
+        return cls(execution_id, payload, payload.worker_budget_s(settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,34 +236,42 @@ class JobQueue:
                     timeout=math.ceil(job.budget_s),
                     result_ttl=0,
                     failure_ttl=self._result_ttl_s,
-                    description=job.payload.request_id or job.job_id,
-                    job_id=job.job_id,
+                    description=job.payload.request_id or job.execution_id,
+                    job_id=job.execution_id,
                     at_front=at_front,
                 )
             )
         for name, datas in by_queue.items():
             self._rq_queue(name).enqueue_many(datas, pipeline=pipe)
 
-    def withdraw(self, job_ids: Sequence[str], queues: Sequence[str] | None = None) -> list[bool]:
+    def withdraw(
+        self, execution_ids: Sequence[str], queues: Sequence[str] | None = None
+    ) -> list[bool]:
         """Remove waiting jobs from their queues; True for each one removed (it will never run).
 
         `queues`: the RQ queue of each job, when known; else read from the job.
         """
         if queues is None:
             with self._redis.pipeline(transaction=False) as pipe:
-                for job_id in job_ids:
-                    pipe.hget(keys.rq_job(job_id), "origin")
+                for execution_id in execution_ids:
+                    pipe.hget(keys.rq_job(execution_id), "origin")
                 queues = [q.decode() if q else self._name for q in pipe.execute()]
         with self._redis.pipeline(transaction=False) as pipe:
-            for job_id, queue in zip(job_ids, queues, strict=True):
-                pipe.lrem(keys.rq_queue(queue), 0, job_id)
+            for execution_id, queue in zip(execution_ids, queues, strict=True):
+                pipe.lrem(keys.rq_queue(queue), 0, execution_id)
             removed = [bool(n) for n in pipe.execute()]
-        gone = [keys.rq_job(job_id) for job_id, r in zip(job_ids, removed, strict=True) if r]
+        gone = [
+            keys.rq_job(execution_id)
+            for execution_id, r in zip(execution_ids, removed, strict=True)
+            if r
+        ]
         if gone:
             self._redis.delete(*gone)
         return removed
 
-    def cancel(self, job_ids: Sequence[str], marker_ttl_s: int) -> tuple[list[str], list[str]]:
+    def cancel(
+        self, execution_ids: Sequence[str], marker_ttl_s: int
+    ) -> tuple[list[str], list[str]]:
         """The clients of these jobs went away: drop the waiting ones, kill the running ones.
 
         Returns (dropped: removed from their queues, never run; signalled: their workers were
@@ -272,45 +280,49 @@ class JobQueue:
         is either dropped, skipped by its worker, or signalled.
         """
         with self._redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.set(keys.cancelled(self._name, job_id), 1, ex=marker_ttl_s)
+            for execution_id in execution_ids:
+                pipe.set(keys.cancelled(self._name, execution_id), 1, ex=marker_ttl_s)
             pipe.execute()
-        removed = self.withdraw(job_ids)
-        started = [job_id for job_id, r in zip(job_ids, removed, strict=True) if not r]
-        dropped = [job_id for job_id, r in zip(job_ids, removed, strict=True) if r]
+        removed = self.withdraw(execution_ids)
+        started = [
+            execution_id for execution_id, r in zip(execution_ids, removed, strict=True) if not r
+        ]
+        dropped = [
+            execution_id for execution_id, r in zip(execution_ids, removed, strict=True) if r
+        ]
         if not started:
             return dropped, []
         with self._redis.pipeline(transaction=False) as pipe:
-            for job_id in started:
-                pipe.hget(keys.rq_job(job_id), "worker_name")
+            for execution_id in started:
+                pipe.hget(keys.rq_job(execution_id), "worker_name")
             workers = pipe.execute()
         signalled = []
         with self._redis.pipeline(transaction=False) as pipe:
-            for job_id, worker in zip(started, workers, strict=True):
+            for execution_id, worker in zip(started, workers, strict=True):
                 if worker:  # else finished meanwhile (its result has no reader left)
                     cancel_list = keys.cancel_list(self._name, worker.decode())
-                    pipe.rpush(cancel_list, job_id)
+                    pipe.rpush(cancel_list, execution_id)
                     pipe.expire(cancel_list, self._result_ttl_s)
-                    signalled.append(job_id)
+                    signalled.append(execution_id)
             pipe.execute()
         return dropped, signalled
 
-    def forget(self, job_ids: Sequence[str]) -> None:
+    def forget(self, execution_ids: Sequence[str]) -> None:
         """Delete the records of lost jobs (a started job whose worker died stays "started")."""
-        if job_ids:
-            self._redis.delete(*(keys.rq_job(job_id) for job_id in job_ids))
+        if execution_ids:
+            self._redis.delete(*(keys.rq_job(execution_id) for execution_id in execution_ids))
 
-    def inspect(self, job_ids: Sequence[str], alive_since: float) -> list[JobState]:
+    def inspect(self, execution_ids: Sequence[str], alive_since: float) -> list[JobState]:
         """The state of each job; workers whose last heartbeat is before alive_since are dead."""
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.zrangebyscore(keys.alive(self._name), alive_since, "+inf")
-            for job_id in job_ids:
-                pipe.hmget(keys.rq_job(job_id), "status", "worker_name", "origin")
-                pipe.get(keys.result(self._name, job_id))
+            for execution_id in execution_ids:
+                pipe.hmget(keys.rq_job(execution_id), "status", "worker_name", "origin")
+                pipe.get(keys.result(self._name, execution_id))
             replies = pipe.execute()
         live = {name.decode() for name in replies[0]}
         states: list[JobState] = []
-        for i in range(len(job_ids)):
+        for i in range(len(execution_ids)):
             (status, worker, origin), raw = replies[1 + 2 * i], replies[2 + 2 * i]
             states.append(self._classify(status, worker, origin, raw, live))
         return states
@@ -344,18 +356,18 @@ def next_cancelled(
     popped = connection.blpop([keys.cancel_list(queue_name, worker)], timeout=block_s)
     if popped is None:
         return None
-    job_id = popped[1]
-    return job_id.decode() if isinstance(job_id, bytes) else str(job_id)
+    execution_id = popped[1]
+    return execution_id.decode() if isinstance(execution_id, bytes) else str(execution_id)
 
 
 class JobHandler(Protocol):
     """What a LeanWorker runs for each job."""
 
-    def run(self, job_id: str, payload: JobPayload) -> ResultDict:
+    def run(self, execution_id: str, payload: JobPayload) -> ResultDict:
         """Run the job; every failure comes back as a result, never an exception."""
         ...
 
-    def abandon(self, job_id: str, payload: JobPayload, reason: str) -> ResultDict:
+    def abandon(self, execution_id: str, payload: JobPayload, reason: str) -> ResultDict:
         """The run was interrupted (time budget exceeded): reset, and say sandbox_error."""
         ...
 
@@ -427,7 +439,7 @@ class LeanWorker(SimpleWorker):
             reply_to = JobPayload.reply_to_of(job.args[0])
             payload = JobPayload.from_wire(job.args[0])
             if cancelled:
-                log.info("job cancelled before it started", extra=fields(job_id=job.id))
+                log.info("job cancelled before it started", extra=fields(execution_id=job.id))
                 self._deliver(job, reply_to, failure_result(Status.KILLED, NEVER_RAN, job.id))
                 return
             try:

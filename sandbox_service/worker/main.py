@@ -69,21 +69,21 @@ class JobRunner:
         self._current: tuple[str, Cancel] | None = None
         self._cancelled_early: collections.deque[str] = collections.deque(maxlen=256)
 
-    def cancel(self, job_id: str) -> bool:
-        """Kill job_id's program if it runs now (from any thread); whether it was running."""
+    def cancel(self, execution_id: str) -> bool:
+        """Kill execution_id's program if it runs now (from any thread); whether it was running."""
         with self._lock:
-            if self._current is None or self._current[0] != job_id:
-                self._cancelled_early.append(job_id)
+            if self._current is None or self._current[0] != execution_id:
+                self._cancelled_early.append(execution_id)
                 return False
             cancel = self._current[1]
         cancel.request()
         return True
 
-    def _start(self, job_id: str) -> Cancel:
+    def _start(self, execution_id: str) -> Cancel:
         cancel = Cancel()
         with self._lock:
-            self._current = (job_id, cancel)
-            if job_id in self._cancelled_early:
+            self._current = (execution_id, cancel)
+            if execution_id in self._cancelled_early:
                 cancel.request()
         return cancel
 
@@ -96,16 +96,16 @@ class JobRunner:
         if self._executor is None:
             self._executor = self._make_executor()
 
-    def run(self, job_id: str, job: JobPayload) -> ResultDict:
+    def run(self, execution_id: str, job: JobPayload) -> ResultDict:
         """Run one job, or answer queue_timeout when it was dequeued past its start-by time."""
         token = request_id_var.set(job.request_id)
-        cancel = self._start(job_id)
+        cancel = self._start(execution_id)
         try:
             started = time.time()
             queue_time = max(0.0, started - job.admitted_at)
             restored = False
             if job.end_session:  # cheap and never harmful: run even past its start-by time
-                return self._end_session(job, job_id)
+                return self._end_session(job, execution_id)
             if started > job.start_by:
                 result = ExecutionResult.failure(
                     Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
@@ -113,18 +113,18 @@ class JobRunner:
             elif cancel.requested:
                 result = ExecutionResult.failure(Status.KILLED, NEVER_RAN)
             elif job.session_id is not None:
-                result, restored = self._run_cell(job, job_id, cancel)
+                result, restored = self._run_cell(job, execution_id, cancel)
             else:
-                result = self._execute(job, job_id, cancel)
+                result = self._execute(job, execution_id, cancel)
             if cancel.requested and result.status in (Status.TIMEOUT, Status.SANDBOX_ERROR):
                 result = replace(result, status=Status.KILLED, stderr=result.stderr + KILLED_NOTE)
             result = replace(result, queue_time=queue_time, restored=restored)
-            wire = result_to_wire(result, job_id)
+            wire = result_to_wire(result, execution_id)
             session = {} if job.session_id is None else {"session": job.session_id}
             log.info(
                 "job done",
                 extra=fields(
-                    job_id=job_id,
+                    execution_id=execution_id,
                     status=wire["status"],
                     attempt=job.attempt,
                     queue_time=round(queue_time, 6),
@@ -139,48 +139,51 @@ class JobRunner:
             self._finish()
             request_id_var.reset(token)
 
-    def _execute(self, job: JobPayload, job_id: str, cancel: Cancel) -> ExecutionResult:
+    def _execute(self, job: JobPayload, execution_id: str, cancel: Cancel) -> ExecutionResult:
         try:
-            spec = job.to_spec(job_id, self._limits)
+            spec = job.to_spec(execution_id, self._limits)
             self.warm_up()
             assert self._executor is not None
             return self._executor.run(spec, cancel)
         except Exception as exc:  # the executor failed, not the program: reset the slot
-            log.exception("executor failed", extra=fields(job_id=job_id))
+            log.exception("executor failed", extra=fields(execution_id=execution_id))
             self.reset()
             return ExecutionResult.failure(Status.SANDBOX_ERROR, f"executor failed: {exc}")
 
     def _run_cell(
-        self, job: JobPayload, job_id: str, cancel: Cancel
+        self, job: JobPayload, execution_id: str, cancel: Cancel
     ) -> tuple[ExecutionResult, bool]:
         assert job.session_id is not None
         if self._sessions is None:
             return ExecutionResult.failure(Status.SANDBOX_ERROR, "no sessions here"), False
         try:
-            spec = job.to_spec(job_id, self._limits)
+            spec = job.to_spec(execution_id, self._limits)
             return self._sessions.run_cell(job.session_id, spec, cancel)
         except Exception as exc:  # the session's jail failed, not the program
-            log.exception("session cell failed", extra=fields(job_id=job_id))
+            log.exception("session cell failed", extra=fields(execution_id=execution_id))
             with contextlib.suppress(Exception):
                 self._sessions.abandon(job.session_id)
             return ExecutionResult.failure(Status.SANDBOX_ERROR, f"session failed: {exc}"), False
 
-    def _end_session(self, job: JobPayload, job_id: str) -> ResultDict:
+    def _end_session(self, job: JobPayload, execution_id: str) -> ResultDict:
         assert job.session_id is not None
         if self._sessions is None:
-            return failure_result(Status.SANDBOX_ERROR, "no sessions here", job_id)
+            return failure_result(Status.SANDBOX_ERROR, "no sessions here", execution_id)
         ended = self._sessions.end(job.session_id)
-        log.info("session ended", extra=fields(job_id=job_id, session=job.session_id, ended=ended))
-        return result_to_wire(ExecutionResult(Status.OK, ended=ended), job_id)
+        log.info(
+            "session ended",
+            extra=fields(execution_id=execution_id, session=job.session_id, ended=ended),
+        )
+        return result_to_wire(ExecutionResult(Status.OK, ended=ended), execution_id)
 
-    def abandon(self, job_id: str, job: JobPayload, reason: str) -> ResultDict:
+    def abandon(self, execution_id: str, job: JobPayload, reason: str) -> ResultDict:
         """The run was interrupted: tear the jail down (a fresh one serves the next job)."""
-        log.error("job abandoned: %s", reason, extra=fields(job_id=job_id))
+        log.error("job abandoned: %s", reason, extra=fields(execution_id=execution_id))
         if job.session_id is not None and self._sessions is not None:
             self._sessions.abandon(job.session_id)
         else:
             self.reset()
-        return failure_result(Status.SANDBOX_ERROR, reason, job_id)
+        return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
 
     def reset(self) -> None:
         """Close the executor; the next job starts a new one."""
@@ -264,15 +267,15 @@ class CancelWatcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                job_id = jobqueue.next_cancelled(
+                execution_id = jobqueue.next_cancelled(
                     self._redis, self._queue_name, self._name, self.BLOCK_S
                 )
             except redis.RedisError:
                 self._stop.wait(self.BLOCK_S)
                 continue
-            if job_id is not None:
-                killed = self._runner.cancel(job_id)
-                log.info("job cancelled", extra=fields(job_id=job_id, running=killed))
+            if execution_id is not None:
+                killed = self._runner.cancel(execution_id)
+                log.info("job cancelled", extra=fields(execution_id=execution_id, running=killed))
 
 
 def run(settings: Settings, slot: int) -> int:

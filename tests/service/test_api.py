@@ -270,7 +270,7 @@ async def test_request_id_reaches_the_worker_log(client: httpx.AsyncClient, stac
     response = await client.post(
         "/execute", json={"code": "print(1)"}, headers={"X-Request-ID": "e2e-trace-42"}
     )
-    job_id = response.json()["id"]
+    execution_id = response.json()["id"]
     expected = {("api", "POST /execute 200"), ("worker", "job done")}
     for _ in range(100):  # the API logs its line just after the response has left
         text = stack.log_path.read_text()
@@ -282,4 +282,4 @@ async def test_request_id_reaches_the_worker_log(client: httpx.AsyncClient, stac
         await asyncio.sleep(0.05)
     assert ("api", "POST /execute 200") in components
     assert ("worker", "job done") in components
-    assert any(line.get("job_id") == job_id for line in mine)
+    assert any(line.get("execution_id") == execution_id for line in mine)

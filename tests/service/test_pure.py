@@ -74,8 +74,8 @@ def test_session_keys_cannot_name_each_other() -> None:
 
 def test_notices_carry_small_results_inline_and_point_to_large_ones() -> None:
     small = result_to_wire(ExecutionResult(Status.OK, exit_code=0, stdout="1\n"), "j1")
-    job_id, inline = decode_notice(encode_notice("j1", encode_result(small)))
-    assert (job_id, inline) == ("j1", small)
+    execution_id, inline = decode_notice(encode_notice("j1", encode_result(small)))
+    assert (execution_id, inline) == ("j1", small)
     large = failure_result(Status.ERROR, "e" * (INLINE_RESULT_MAX_BYTES + 1), "j2")
     assert decode_notice(encode_notice("j2", encode_result(large))) == ("j2", None)
 

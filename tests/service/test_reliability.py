@@ -195,6 +195,6 @@ def test_a_malformed_job_is_answered_not_dropped(stack: Stack, redis_client: red
     rq_queue.enqueue_call(JOB_FUNC, args=({"re": reply, "no": "code"},), job_id="malformed-1")
     popped = redis_client.blpop([reply], timeout=60)
     assert popped is not None
-    job_id, result = decode_notice(popped[1])
-    assert job_id == "malformed-1" and result is not None
+    execution_id, result = decode_notice(popped[1])
+    assert execution_id == "malformed-1" and result is not None
     assert result["status"] == "sandbox_error" and "worker error" in result["stderr"]
