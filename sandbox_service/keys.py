@@ -16,6 +16,7 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:cells:<id>` | list: recorded cells (JSON) | owner worker | restoring worker | TTL |
 | `<queue>:cancelled:<xid>` | marker: its client left | API | workers, at start | job budget |
 | `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
+| `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
@@ -85,3 +86,8 @@ def cancelled(queue: str, execution_id: str) -> str:
 def cancel_list(queue: str, worker: str) -> str:
     """The list of execution ids that one worker must kill now (their clients went away)."""
     return f"{queue}:cancel:{worker}"
+
+
+def worker_stats(queue: str, worker: str) -> str:
+    """One worker's own counters (JSON), refreshed with its heartbeat, read by `/metrics`."""
+    return f"{queue}:stats:{worker}"

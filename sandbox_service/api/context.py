@@ -30,7 +30,7 @@ class ApiContext:
         results = await self.dispatcher.submit(payloads)
         for result in results:
             self.metrics.observe_result(result)
-        self.metrics.request_time.labels(route).observe(time.perf_counter() - started)
+        self.metrics.request_duration.labels(route).observe(time.perf_counter() - started)
         return results
 
     async def run_requests(self, requests: list[ExecuteRequest], route: str) -> list[ResultDict]:

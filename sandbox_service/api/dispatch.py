@@ -33,10 +33,11 @@ from redis.exceptions import RedisError
 
 from sandbox_service import keys
 from sandbox_service.api.awaiting import Awaiter
-from sandbox_service.broker import jobqueue
+from sandbox_service.broker import jobqueue, worker_stats
 from sandbox_service.broker.jobqueue import JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
+from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
@@ -305,6 +306,10 @@ class Dispatcher:
     async def live_workers(self) -> int:
         """Workers whose heartbeat is fresh."""
         return await Liveness.of(self.settings).count_live(self.redis)
+
+    async def worker_stats(self) -> dict[str, WorkerStats]:
+        """The own counters of the workers alive now, by worker name."""
+        return await worker_stats.read_live(self.redis, Liveness.of(self.settings))
 
     async def queue_depth(self) -> int:
         """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""

@@ -33,14 +33,16 @@ async def readyz(ctx: Context) -> Response:
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(ctx: Context) -> Response:
-    """Prometheus text format."""
+    """Prometheus text format: this process's metrics and the live workers' (label `worker`)."""
     m, dispatcher = ctx.metrics, ctx.dispatcher
     m.in_flight.set(dispatcher.in_flight)
-    m.lost_job_retries.set(dispatcher.retries)
+    m.scraped.lost_job_retries = dispatcher.retries
     try:
-        m.queue_depth.set(await dispatcher.queue_depth())
+        m.queued_jobs.set(await dispatcher.queue_depth())
         m.workers_alive.set(await dispatcher.live_workers())
+        m.scraped.workers = await dispatcher.worker_stats()
         m.redis_up.set(1)
     except (RedisError, OSError):
         m.redis_up.set(0)
+        m.scraped.workers = {}
     return Response(m.render(), media_type=CONTENT_TYPE_LATEST)

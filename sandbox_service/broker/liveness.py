@@ -65,6 +65,11 @@ class Liveness:
         """Names of the workers of `host` alive now (a container's health check)."""
         return [name for name in self.live_workers(connection) if name.startswith(f"{host}:")]
 
+    async def live_names(self, connection: redis.asyncio.Redis) -> list[str]:
+        """Names of the workers alive now (the API's view, for their metrics)."""
+        members = await connection.zrangebyscore(self.key, self.alive_since(), "+inf")
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+
     async def count_live(self, connection: redis.asyncio.Redis) -> int:
         """How many workers are alive now (readiness)."""
         count: int = await connection.zcount(self.key, self.alive_since(), "+inf")

@@ -221,9 +221,13 @@ class JailExecutor:
         self.jail_failures = 0
         """Jails that failed under a run (each was replaced; the run was retried once)."""
         self.warmed_runs = 0
+        """Runs that found a standby warmed up while the slot was idle."""
         self.memory_recycles = 0
         """Warm jails replaced because memory stayed charged above their baseline."""
-        """Runs that found a standby warmed up while the slot was idle."""
+        self.max_runs_recycles = 0
+        """Warm jails replaced after zygote_max_runs runs."""
+        self.jail_starts = 0
+        """Jails started (the first one included; one per run in cold mode)."""
         if self.mode == "warm":
             self._jail = self._start_jail()
         else:
@@ -234,6 +238,7 @@ class JailExecutor:
         return next(c for c in self._cgroups if id(c) not in used)
 
     def _new_jail(self) -> ZygoteJail:
+        self.jail_starts += 1
         return ZygoteJail(
             self._layout, self._free_cgroups(), self._log_path, fetch_budget(self._settings)
         )
@@ -334,6 +339,7 @@ class JailExecutor:
         if jail.runs >= max_runs * 0.9 or jail.runs >= max_runs - 1:
             self._prepare_next()
         if jail.runs >= max_runs and self._next is not None and self._next.ready():
+            self.max_runs_recycles += 1
             self._discard_jail()  # the next run takes the jail started ahead
 
     def zygote_pid(self) -> int | None:

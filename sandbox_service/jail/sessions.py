@@ -142,6 +142,11 @@ class SessionPool:
 
     # --- sessions ------------------------------------------------------------------------------
 
+    @property
+    def live_count(self) -> int:
+        """Sessions whose interpreter this pool holds now."""
+        return len(self._live)
+
     def is_live(self, session_id: str) -> bool:
         """Whether this pool holds the session's interpreter."""
         return session_id in self._live

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from sandbox_service import keys
-from sandbox_service.broker import jobqueue
+from sandbox_service.broker import jobqueue, worker_stats
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.cancel import KILLED_NOTE, NEVER_RAN, Cancel
@@ -32,6 +32,7 @@ from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
 from sandbox_service.logs import configure_logging, fields, request_id_var
 from sandbox_service.settings import Settings, UnknownSettingError
+from sandbox_service.worker.tally import Tally
 
 if TYPE_CHECKING:
     from sandbox_service.jail import JailExecutor
@@ -58,11 +59,15 @@ class JobRunner:
         settings: Settings,
         make_executor: Callable[[], JailExecutor],
         sessions: SessionRunner | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self._limits = settings.limits()
         self._make_executor = make_executor
         self._executor: JailExecutor | None = None
         self._sessions = sessions
+        self.tally = tally or Tally()
+        self._executor_lock = threading.Lock()
+        """Held while the executor is swapped out, so that stats() never counts it twice."""
         # The cancel watcher's thread and the job's: which job runs, with its cancellation, and
         # the jobs cancelled in the moment between their dequeue and their start.
         self._lock = threading.Lock()
@@ -105,7 +110,9 @@ class JobRunner:
             queue_time = max(0.0, started - job.admitted_at)
             restored = False
             if job.end_session:  # cheap and never harmful: run even past its start-by time
-                return self._end_session(job, execution_id)
+                ended = self._end_session(job, execution_id)
+                self.tally.job_done(ended["status"])
+                return ended
             if started > job.start_by:
                 result = ExecutionResult.failure(
                     Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
@@ -120,6 +127,7 @@ class JobRunner:
                 result = replace(result, status=Status.KILLED, stderr=result.stderr + KILLED_NOTE)
             result = replace(result, queue_time=queue_time, restored=restored)
             wire = result_to_wire(result, execution_id)
+            self.tally.job_done(wire["status"], result.cpu_time, restored)
             session = {} if job.session_id is None else {"session": job.session_id}
             log.info(
                 "job done",
@@ -183,16 +191,26 @@ class JobRunner:
             self._sessions.abandon(job.session_id)
         else:
             self.reset()
+        self.tally.job_done(Status.SANDBOX_ERROR)
         return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
 
     def reset(self) -> None:
         """Close the executor; the next job starts a new one."""
-        executor, self._executor = self._executor, None
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+            if executor is not None:
+                self.tally.retire(executor)
         if executor is not None:
             try:
                 executor.close()
             except Exception:
                 log.exception("closing the executor failed")
+
+    def stats(self) -> worker_stats.WorkerStats:
+        """This worker's counters now (from any thread)."""
+        live = 0 if self._sessions is None else self._sessions.live_count
+        with self._executor_lock:
+            return self.tally.snapshot(self._executor, live)
 
     def close(self) -> None:
         """Close the executor and end every live session."""
@@ -205,15 +223,21 @@ class JobRunner:
 
 
 class Heartbeat:
-    """A thread that keeps this worker's score in the `alive` set fresh."""
+    """A thread that keeps this worker's score in the `alive` set fresh, and its stats with it."""
 
     def __init__(
-        self, connection: redis.Redis, liveness: Liveness, name: str, interval_s: float
+        self,
+        connection: redis.Redis,
+        liveness: Liveness,
+        name: str,
+        interval_s: float,
+        stats: Callable[[], worker_stats.WorkerStats] | None = None,
     ) -> None:
         self._redis = connection
         self._liveness = liveness
         self._name = name
         self._interval_s = interval_s
+        self._stats = stats
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
@@ -226,12 +250,20 @@ class Heartbeat:
         self._stop.set()
         self._thread.join(timeout=5)
         self._liveness.leave(self._redis, self._name)
+        worker_stats.forget(self._redis, self._liveness, self._name)
 
     def _run(self) -> None:
         while True:
             # Redis away: the API counts this worker dead meanwhile; beats resume with Redis.
             with contextlib.suppress(redis.RedisError):
                 self._liveness.beat(self._redis, self._name)
+            if self._stats is not None:
+                try:
+                    worker_stats.publish(self._redis, self._liveness, self._name, self._stats())
+                except redis.RedisError:
+                    pass
+                except Exception:  # the stats are an aid: never let them stop the beats
+                    log.exception("publishing the worker's stats failed")
             if self._stop.wait(self._interval_s):
                 return
 
@@ -289,15 +321,18 @@ def run(settings: Settings, slot: int) -> int:
     name = worker_name(slot, os.getpid())
     beat_connection = jobqueue.connect(settings.redis_url)
     store = SessionStore.for_settings(beat_connection, settings)
-    sessions = SessionRunner(settings, slot, store, name, spares=settings.session_spares)
-    runner = JobRunner(settings, lambda: JailExecutor(settings, slot), sessions)
+    tally = Tally()
+    sessions = SessionRunner(settings, slot, store, name, settings.session_spares, tally)
+    runner = JobRunner(settings, lambda: JailExecutor(settings, slot), sessions, tally)
     try:
         runner.warm_up()
     except Exception:
         log.exception("executor failed to start", extra=fields(slot=slot))
         return 3
     connection = jobqueue.connect_worker(settings.redis_url)
-    heartbeat = Heartbeat(beat_connection, Liveness.of(settings), name, settings.worker_heartbeat_s)
+    heartbeat = Heartbeat(
+        beat_connection, Liveness.of(settings), name, settings.worker_heartbeat_s, runner.stats
+    )
     heartbeat.start()
     watcher = CancelWatcher(
         jobqueue.connect(settings.redis_url, socket_timeout_s=CancelWatcher.BLOCK_S + 5),

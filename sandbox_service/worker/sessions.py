@@ -22,6 +22,7 @@ from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCe
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
+from sandbox_service.worker.tally import Tally
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,16 @@ class SessionRunner:
     """Runs session cells for one worker slot (thread-safe; one cell at a time)."""
 
     def __init__(
-        self, settings: Settings, slot: int, store: SessionStore, worker: str, spares: int = 1
+        self,
+        settings: Settings,
+        slot: int,
+        store: SessionStore,
+        worker: str,
+        spares: int = 1,
+        tally: Tally | None = None,
     ) -> None:
         self._pool = SessionPool(settings, slot, spares=spares)
+        self._tally = tally or Tally()
         self._store = store
         self._worker = worker
         self._seen: dict[str, int] = {}
@@ -52,6 +60,11 @@ class SessionRunner:
     def start(self) -> None:
         """Start ending idle sessions in the background."""
         self._expiry.start()
+
+    @property
+    def live_count(self) -> int:
+        """Sessions whose interpreter lives here now."""
+        return self._pool.live_count
 
     def run_cell(
         self, session_id: str, spec: ExecutionSpec, cancel: Cancel | None = None
@@ -83,6 +96,7 @@ class SessionRunner:
             for evicted in outcome.evicted:
                 self._seen.pop(evicted, None)
             self._store.release(outcome.evicted, self._worker)
+            self._tally.sessions_ended("evicted", len(outcome.evicted))
             log.info("sessions evicted", extra=fields(sessions=list(outcome.evicted)))
         result = outcome.result
         if outcome.alive:
@@ -103,7 +117,9 @@ class SessionRunner:
         """End a session here and forget it in Redis; whether it existed."""
         with self._lock:
             was_live = self._drop(session_id)
-            return self._store.forget(session_id) or was_live
+            ended = self._store.forget(session_id) or was_live
+            self._tally.sessions_ended("deleted", int(ended))
+            return ended
 
     def abandon(self, session_id: str) -> None:
         """The cell overran its job budget: kill the session's jail."""
@@ -123,6 +139,7 @@ class SessionRunner:
                     for session_id in expired:
                         self._seen.pop(session_id, None)
                 if expired:
+                    self._tally.sessions_ended("expired", len(expired))
                     log.info("sessions expired", extra=fields(sessions=expired))
                     self._store.release(expired, self._worker)
             except Exception:

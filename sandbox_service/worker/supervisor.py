@@ -15,6 +15,7 @@ import time
 
 import redis
 
+from sandbox_service.broker import worker_stats
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.local import procs
 from sandbox_service.logs import fields
@@ -73,5 +74,7 @@ def run_workers(settings: Settings, count: int) -> int:
 
 
 def _forget(connection: redis.Redis, settings: Settings, name: str) -> None:
-    Liveness.of(settings).leave(connection, name)
+    liveness = Liveness.of(settings)
+    liveness.leave(connection, name)
+    worker_stats.forget(connection, liveness, name)
     forget_worker_queue(connection, settings.queue_name, name)

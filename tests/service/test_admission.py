@@ -83,7 +83,7 @@ async def test_session_cells_waiting_on_a_workers_own_queue_count_against_the_bo
             await wait_list_length(redis_client, own_queue, 2)
             assert redis_client.llen(keys.rq_queue(workerless.queue)) == 0
             metrics = (await client.get("/metrics")).text
-            assert "rl_sandbox_queue_depth 2.0" in metrics
+            assert "rl_sandbox_queued_jobs 2.0" in metrics
 
             over = await client.post("/execute", json={"code": "print(3)"})
             assert over.status_code == 429, over.text

@@ -257,12 +257,12 @@ async def test_metrics_are_present_and_move(client: httpx.AsyncClient) -> None:
     ok = 'rl_sandbox_executions_total{status="ok"}'
     assert metric(after, ok) >= metric(before, ok) + 3
     assert metric(after, 'rl_sandbox_executions_total{status="error"}') >= 1
-    for name in ("rl_sandbox_queue_wait_seconds_count", "rl_sandbox_run_seconds_count"):
+    for name in ("rl_sandbox_queue_wait_seconds_count", "rl_sandbox_execution_wall_seconds_count"):
         assert metric(after, name) >= metric(before, name) + 4
     responses = 'rl_sandbox_http_responses_total{code="200",route="/execute"}'
     assert metric(after, responses) >= metric(before, responses) + 4
     assert metric(after, "rl_sandbox_workers_alive") == 2
-    assert "rl_sandbox_queue_depth " in after
+    assert "rl_sandbox_queued_jobs " in after
     assert metric(after, "rl_sandbox_redis_up") == 1
 
 

@@ -87,7 +87,7 @@ async def test_job_of_a_sigkilled_worker_is_run_again_elsewhere(
     assert (result["status"], result["stdout"]) == ("ok", "done\n"), result
     async with httpx.AsyncClient(base_url=crash_stack.url) as http:
         metrics = (await http.get("/metrics")).text
-    assert "rl_sandbox_lost_job_retries 1.0" in metrics
+    assert "rl_sandbox_lost_job_retries_total 1.0" in metrics
 
 
 async def test_without_retries_a_lost_job_is_answered_sandbox_error(
