@@ -27,6 +27,11 @@ V1_CONTROLLERS = ("memory", "pids")
 V1_OPTIONAL = ("cpu",)
 """Mounted on most v1 hosts; only a CPU limit needs it."""
 MIB = 1024 * 1024
+V1_TCP_BUFFER_LIMIT_BYTES = 64 * MIB
+"""cgroup v1: the jail's TCP socket buffers together (loopback connections). v1 charges them to
+a memory cgroup only once its `memory.kmem.tcp.limit_in_bytes` is set, and then to a counter of
+their own; without it a program's unread loopback data is host memory outside every limit
+(gigabytes: tests/jail/test_redteam.py). v2 charges them to memory.current."""
 CPU_PERIOD_US = 100_000
 """The CFS period of a CPU limit: the kernel's default, short enough that a throttled slot
 waits at most a tenth of a second for its next share."""
@@ -182,6 +187,9 @@ class SlotCgroups:
             self._limit_bytes = int((self._memory / "memory.limit_in_bytes").read_text())
             with contextlib.suppress(OSError):
                 (self._memory / "memory.swappiness").write_text("0")
+            tcp_limit = self._memory / "memory.kmem.tcp.limit_in_bytes"
+            if tcp_limit.exists():  # before any socket of the jail exists: only those are charged
+                tcp_limit.write_text(str(V1_TCP_BUFFER_LIMIT_BYTES))
 
     def add_process(self, pid: int) -> None:
         """Move a process (all its threads) into the slot's cgroups."""

@@ -78,7 +78,6 @@ SECCOMP_ALLOWED = _calls(
     "pipe pipe2 sendfile64 copy_file_range splice tee memfd_create "
     "getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr "
     "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr "
-    "inotify_init inotify_init1 inotify_add_watch inotify_rm_watch "
     # memory
     "brk mmap munmap mprotect mremap madvise msync mincore "
     "mbind get_mempolicy set_mempolicy membarrier "

@@ -63,6 +63,11 @@ PR_SET_DUMPABLE = 4
 WARM_UP_AFTER_IDLE_S = 0.02
 REAP_DEADLINE_S = 10.0
 MAX_TAKEN_LINE_BYTES = 1 << 20
+MAX_PENDING_SIGNALS = 256
+"""RLIMIT_SIGPENDING of the whole jail. Queued signals are counted per user up the chain of user
+namespaces: each jail's count is also charged to the host user that started nsjail (root), under
+that user's own limit, so a program queueing signals without bound made the host's root unable
+to queue a real-time signal (sigqueue: EAGAIN) while it ran (tests/jail/test_redteam.py)."""
 
 
 # --- framing, shared with the worker side ---------------------------------------------------
@@ -1424,6 +1429,7 @@ def main() -> None:
 
     if os.getpid() != 1:
         raise SystemExit("the zygote must be PID 1 of its namespace")
+    resource.setrlimit(resource.RLIMIT_SIGPENDING, (MAX_PENDING_SIGNALS,) * 2)
     # Init ignores signals it has no handler for; drop Python's SIGINT handler to stay immune.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
