@@ -15,15 +15,17 @@ DEPLOY = Path(__file__).resolve().parent
 ROOT = DEPLOY.parent
 sys.path.insert(0, str(DEPLOY))
 
-from deploycheck import compose, dockerfile, k8s, seccomp  # noqa: E402
+from deploycheck import compose, dockerfile, k8s, monitoring, seccomp  # noqa: E402
 
 
 def checks() -> dict[str, Callable[[], list[str]]]:
-    """Every check by name: the Dockerfile, the compose file, each kustomization."""
+    """Every check by name: the Dockerfile, the compose file, the seccomp profile, the dashboard
+    and alert rules, each kustomization."""
     out: dict[str, Callable[[], list[str]]] = {
         "dockerfile": lambda: dockerfile.check(DEPLOY / "Dockerfile", ROOT),
         "compose": lambda: compose.check(DEPLOY / "compose.yaml", ROOT),
         "seccomp": lambda: seccomp.check(ROOT / seccomp.PROFILE),
+        "monitoring": lambda: monitoring.check(ROOT),
     }
     for directory in k8s.kustomizations(DEPLOY / "k8s"):
         name = directory.relative_to(DEPLOY).as_posix()

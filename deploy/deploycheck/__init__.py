@@ -11,6 +11,8 @@ Each check returns a list of problems, one line each, empty when all is well:
   object validates against the Kubernetes schemas shipped by `kubernetes-validate` (strict, for
   each supported Kubernetes version), the KEDA ScaledObject against KEDA's CRD models; then the
   rules of this service.
+- monitoring.py: the Grafana dashboard and Prometheus alert rules of deploy/monitoring/ load,
+  every PromQL expression parses (`promql-parser`) and selects only metrics the service exports.
 - service.py: the rules themselves: commands parse with `sandbox_service.cli.build_parser()`,
   environment variables are RL_SANDBOX_<FIELD> settings (or REDIS_URL) with valid values, the
   worker's environment holds no secret, the worker's capabilities are the documented set.

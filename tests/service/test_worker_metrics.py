@@ -1,13 +1,17 @@
 """The workers' own metrics through the real stack: programs run, the counters of the workers that
-ran them move in the API's /metrics; a worker outside the liveness set has no series there."""
+ran them move in the API's /metrics; a worker outside the liveness set has no series there; the
+dashboard and alert rules of deploy/monitoring/ select only metrics of the live exposition."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
+import pytest
 import redis
 
 from sandbox_service import keys
@@ -16,6 +20,7 @@ from sandbox_service.broker.worker_stats import WorkerStats
 from tests.prometheus_text import convention_problems, samples, total
 from tests.service.stack import Stack
 
+ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.25
 WAIT_S = 30.0
 
@@ -108,3 +113,16 @@ async def test_only_workers_in_the_liveness_set_are_exported(
     finally:
         liveness.leave(redis_client, ghost)
         redis_client.delete(keys.worker_stats(queue, ghost))
+
+
+async def test_the_dashboard_and_alerts_select_only_metrics_this_service_exports(
+    client: httpx.AsyncClient,
+) -> None:
+    pytest.importorskip("promql_parser", reason="needs the `deploy` extra")
+    sys.path.insert(0, str(ROOT / "deploy"))
+    from deploycheck import monitoring
+
+    live = await _until(client, lambda t: len(_workers(t)) == 2)
+    exported = monitoring.exported_names(live)
+    assert "rl_sandbox_worker_jobs_total" in exported
+    assert monitoring.check(ROOT, known=exported) == []
