@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     )
     from trainer_client.http import Timeouts
     from trainer_client.retry import RetryPolicy
+    from trainer_client.session import Session
     from trainer_client.stats import ClientStats, LatencySummary
-    from trainer_client.sync import SyncSandboxClient
+    from trainer_client.sync import SyncSandboxClient, SyncSession
     from trainer_client.tools import (
         JUPYTER_TOOL_NAME,
         PYTHON_TOOL_NAME,
@@ -59,7 +60,9 @@ _EXPORTS = {
     "SandboxClient": "trainer_client.client",
     "SandboxClientError": "trainer_client.errors",
     "ServiceError": "trainer_client.errors",
+    "Session": "trainer_client.session",
     "SyncSandboxClient": "trainer_client.sync",
+    "SyncSession": "trainer_client.sync",
     "Timeouts": "trainer_client.http",
     "ToolCall": "trainer_client.tools",
     "VerifyItem": "trainer_client.wire",
@@ -109,7 +112,9 @@ __all__ = [
     "SandboxClient",
     "SandboxClientError",
     "ServiceError",
+    "Session",
     "SyncSandboxClient",
+    "SyncSession",
     "Timeouts",
     "ToolCall",
     "VerifyItem",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -17,6 +18,7 @@ from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import CallInfo, InvalidRequestError
 from trainer_client.http import Timeouts, delete_session, post_batch, post_verify
 from trainer_client.retry import RetryPolicy
+from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats, Counters
 from trainer_client.verify import MAX_ITEMS_PER_REQUEST, VerifyOutcome, chunks, verify_chunk
 from trainer_client.wire import ExecuteRequest, ExecuteResult, VerifyItem, VerifyResult
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
         from typing import Self
     else:
         from typing_extensions import Self
+
+_INHERITED: list[tuple[httpx.AsyncClient, Dispatcher]] = []
+"""The pools and batching loops a forked child inherited: kept, never used (see _own_process)."""
 
 RequestLike = ExecuteRequest | Mapping[str, Any]
 """An ExecuteRequest, or a mapping of its fields (wire format: `files` values are base64)."""
@@ -101,26 +106,49 @@ class SandboxClient:
             retry=retry or RetryPolicy(),
             server_max_timeout_s=server_max_timeout_s,
         )
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        # One pooled keep-alive connection per in-flight batch: no connect per request.
-        limits = httpx.Limits(
-            max_connections=max_concurrency, max_keepalive_connections=max_concurrency
-        )
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers=headers, limits=limits, transport=transport
-        )
-        self._counters = Counters()
+        self._base_url = base_url
+        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
         self._clock = clock or LoopClock()
         self._rng = rng or random.Random()
         self._verify_calls = 0
+        self._build()
+
+    def _build(self) -> None:
+        """The connection pool and the batching loop of this process."""
+        self._pid = os.getpid()
+        # One pooled keep-alive connection per in-flight batch: no connect per request.
+        limit = self._config.max_concurrency
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url,
+            headers=self._headers,
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            transport=self._transport,
+        )
+        self._counters = Counters()
         self._dispatcher = Dispatcher(
             self._send, self._config, self._clock, self._counters, self._rng
         )
+
+    def _own_process(self) -> None:
+        """After os.fork, the child builds its own pool and batching loop.
+
+        The parent's pooled sockets are the parent's connections (a child reading from one
+        would take the parent's answers), and its batching loop is a task of an event loop that
+        does not run in the child: calls queued there would wait until their deadline. The
+        inherited objects are kept, never used or closed: closing them could act on the
+        parent's connections (and needs the parent's loop); the child's copies of those sockets
+        close when it exits.
+        """
+        if os.getpid() != self._pid:
+            _INHERITED.append((self._http, self._dispatcher))
+            self._build()
 
     async def _send(self, payloads: Sequence[bytes], largest_timeout_s: float) -> BatchOutcome:
         return await post_batch(self._http, payloads, largest_timeout_s, self._timeouts)
 
     async def __aenter__(self) -> Self:
+        self._own_process()
         self._dispatcher.start()
         return self
 
@@ -134,6 +162,7 @@ class SandboxClient:
 
     async def aclose(self, *, cancel: bool = False) -> None:
         """Wait for outstanding calls (or fail them at once with `cancel`), then close the pool."""
+        self._own_process()
         try:
             await self._dispatcher.aclose(cancel=cancel)
         finally:
@@ -161,6 +190,7 @@ class SandboxClient:
             files=files,
             fetch_files=fetch_files,
         )
+        self._own_process()
         return await self._dispatcher.submit(request)
 
     @overload
@@ -193,11 +223,22 @@ class SandboxClient:
             raise
 
     async def _submit(self, request: RequestLike) -> ExecuteResult:
-        return await self._dispatcher.submit(to_request(request))
+        checked = to_request(request)
+        self._own_process()
+        return await self._dispatcher.submit(checked)
 
     async def end_session(self, session_id: str) -> bool:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
+        self._own_process()
         return await delete_session(self._http, session_id, self._timeouts)
+
+    def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> Session:
+        """A session object (`async with client.session() as s: await s.run(code)`).
+
+        A new id unless `session_id` names one; the block's end ends the session. `timeout` is
+        each cell's default limit in seconds.
+        """
+        return Session(self, session_id or new_session_id(), timeout=timeout)
 
     async def verify(
         self,
@@ -218,6 +259,7 @@ class SandboxClient:
         ]
         if not batch:
             return []
+        self._own_process()
         self._verify_calls += 1
         info = CallInfo(self._verify_calls, f"verify {len(batch)} answer(s)")
 

@@ -1,19 +1,22 @@
 """A synchronous facade over SandboxClient, for trainers that are not async.
 
 The async client runs on its own event loop in a daemon thread; calls from any number of threads
-are handed to it, so concurrent callers are still micro-batched together.
+are handed to it, so concurrent callers are still micro-batched together. A process forked from
+one that used it (a reward worker) gets a loop, client and connections of its own on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainer_client.client import RequestLike, SandboxClient
 from trainer_client.errors import ClientClosedError
+from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats
 from trainer_client.wire import ExecuteResult, VerifyItem, VerifyResult
 
@@ -28,26 +31,44 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_INHERITED: list[tuple[asyncio.AbstractEventLoop, threading.Thread, SandboxClient]] = []
+"""What forked children inherited of their parents' clients: kept, never used or closed (the
+inherited loop still counts as running, its thread does not exist; closing the client would
+need that loop)."""
+
 
 class SyncSandboxClient:
     """Blocking twin of SandboxClient; same arguments, same results and exceptions."""
 
     def __init__(self, base_url: str, **options: Any) -> None:
         """Start a private event loop thread and a SandboxClient on it."""
+        self._base_url = base_url
+        self._options = options
+        self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        self._pid = os.getpid()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="rl-sandbox-client", daemon=True
         )
         self._thread.start()
-        self._closed = False
 
         async def create() -> SandboxClient:
-            return await SandboxClient(base_url, **options).__aenter__()
+            return await SandboxClient(self._base_url, **self._options).__aenter__()
 
-        self._client = self._call(create())
+        self._client = asyncio.run_coroutine_threadsafe(create(), self._loop).result()
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    def _call(self, call: Callable[[SandboxClient], Coroutine[Any, Any, T]]) -> T:
+        """Run call(client) on the loop thread and wait for it."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        if os.getpid() != self._pid:
+            # Threads do not survive fork: a call handed to the inherited loop would never run.
+            _INHERITED.append((self._loop, self._thread, self._client))
+            self._start()
+        return asyncio.run_coroutine_threadsafe(call(self._client), self._loop).result()
 
     def execute(
         self,
@@ -61,10 +82,8 @@ class SyncSandboxClient:
         fetch_files: Sequence[str] | None = None,
     ) -> ExecuteResult:
         """Run one program and block until its result (see SandboxClient.execute)."""
-        if self._closed:
-            raise ClientClosedError("the client is closed")
         return self._call(
-            self._client.execute(
+            lambda client: client.execute(
                 code,
                 stdin=stdin,
                 timeout=timeout,
@@ -77,9 +96,8 @@ class SyncSandboxClient:
 
     def execute_many(self, requests: Iterable[RequestLike]) -> list[ExecuteResult]:
         """Run many programs concurrently and block until all results, in order."""
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        return self._call(self._client.execute_many(list(requests)))
+        batch = list(requests)
+        return self._call(lambda client: client.execute_many(batch))
 
     def verify(
         self,
@@ -89,32 +107,103 @@ class SyncSandboxClient:
         rel_tol: float = 1e-6,
     ) -> list[VerifyResult]:
         """Judge (answer, reference) pairs on the service (see SandboxClient.verify)."""
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        return self._call(self._client.verify(list(items), timeout=timeout, rel_tol=rel_tol))
+        batch = list(items)
+        return self._call(lambda client: client.verify(batch, timeout=timeout, rel_tol=rel_tol))
 
     def end_session(self, session_id: str) -> bool:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
-        return self._call(self._client.end_session(session_id))
+        return self._call(lambda client: client.end_session(session_id))
+
+    def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> SyncSession:
+        """A session object (`with client.session() as s: s.run(code)`); see SandboxClient."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        return SyncSession(self, session_id or new_session_id(), timeout=timeout)
 
     def stats(self) -> ClientStats:
         """A snapshot of the client-side counters."""
-        return self._call(self._stats())
-
-    async def _stats(self) -> ClientStats:
-        return self._client.stats()
+        return self._call(_stats)
 
     def close(self) -> None:
         """Wait for outstanding calls, close the connections and stop the loop thread."""
         if self._closed:
             return
-        self._closed = True
+        if os.getpid() != self._pid:
+            self._closed = True  # a forked child that never used it has nothing of its own
+            return
         try:
-            self._call(self._client.aclose())
+            self._call(lambda client: client.aclose())
         finally:
+            self._closed = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+async def _stats(client: SandboxClient) -> ClientStats:
+    return client.stats()
+
+
+class SyncSession:
+    """Blocking twin of Session: `with client.session() as s: s.run(code)`."""
+
+    def __init__(self, client: SyncSandboxClient, session_id: str, *, timeout: float) -> None:
+        self.id = session_id
+        self.timeout = timeout
+        self._client = client
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _session(self, client: SandboxClient) -> Session:
+        if self._closed:
+            raise ClientClosedError(f"session {self.id!r} is closed")
+        # Made per call on the inner client of the moment: after a fork, the child's own.
+        return Session(client, self.id, timeout=self.timeout)
+
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str = "",
+        timeout: float | None = None,
+        files: Mapping[str, bytes] | None = None,
+        fetch_files: Sequence[str] | None = None,
+    ) -> ExecuteResult:
+        """Run one cell and block until its result (see Session.run)."""
+        return self._client._call(
+            lambda client: self._session(client).run(
+                code, stdin=stdin, timeout=timeout, files=files, fetch_files=fetch_files
+            )
+        )
+
+    def upload(self, files: Mapping[str, bytes]) -> None:
+        """Write files into the session's working directory (see Session.upload)."""
+        self._client._call(lambda client: self._session(client).upload(files))
+
+    def download(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """The files at `paths` that exist, as bytes (see Session.download)."""
+        return self._client._call(lambda client: self._session(client).download(paths))
+
+    def close(self) -> bool:
+        """End the session on the service; False if it had no cell (or had expired)."""
+        if self._closed:
+            return False
+        self._closed = True
+        return self._client.end_session(self.id)
 
     def __enter__(self) -> Self:
         return self

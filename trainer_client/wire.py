@@ -192,6 +192,10 @@ class ExecuteResult(BaseModel):
         """The PNG images among the displays (matplotlib figures), decoded, in order."""
         return [base64.b64decode(item["image/png"]) for item in self.display if "image/png" in item]
 
+    def fetched_files(self) -> dict[str, bytes]:
+        """The `fetch_files` that existed after the run, decoded: path -> bytes."""
+        return {path: base64.b64decode(data) for path, data in self.files.items()}
+
 
 class BatchRequest(BaseModel):
     """Several programs, run in parallel across workers."""
