@@ -165,3 +165,44 @@ def test_unread_loopback_tcp_data_is_bounded_by_the_jail(run: RunFn) -> None:
     assert result.status == Status.OK, result
     queued_mib = int(result.stdout)
     assert queued_mib <= 128, f"{queued_mib} MiB of unread TCP data outside the memory limit"
+
+
+def test_datagram_sockets_of_the_inet_families_are_refused_and_tcp_still_works(
+    run: RunFn,
+) -> None:
+    # A datagram's receive queue is kernel memory that cgroup v1 charges to no cgroup: loopback
+    # UDP queues that nobody reads held host memory far past the run's limit. Every non-stream
+    # inet socket must be refused (whatever flags ride on the type), while TCP to itself and
+    # Unix datagrams (charged to the run) keep working.
+    program = code("""
+        import errno, socket
+        refused = []
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for kind, proto in (
+                (socket.SOCK_DGRAM, 0),
+                (socket.SOCK_DGRAM, socket.IPPROTO_ICMP),
+                (socket.SOCK_SEQPACKET, 0),
+                (socket.SOCK_RAW, socket.IPPROTO_UDP),
+                (socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC, 0),
+            ):
+                try:
+                    socket.socket(family, kind, proto).close()
+                    refused.append(f"OPENED {family.name} {kind} {proto}")
+                except OSError as exc:
+                    refused.append(errno.errorcode.get(exc.errno, str(exc.errno)))
+        print(" ".join(refused))
+        server = socket.create_server(("127.0.0.1", 0))
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        client.sendall(b"tcp ok")
+        print(peer.recv(16).decode())
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.send(b"unix ok")
+        print(b.recv(16).decode())
+        """)
+    result = run(program, timeout_s=10.0)
+    assert result.status == Status.OK, result
+    refused, tcp, unix = result.stdout.splitlines()
+    assert "OPENED" not in refused, refused
+    assert set(refused.split()) == {"ESOCKTNOSUPPORT"}, refused
+    assert (tcp, unix) == ("tcp ok", "unix ok")
