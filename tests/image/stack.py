@@ -112,6 +112,15 @@ def teardown() -> None:
             podman("network", "rm", "--force", network, check=False)
 
 
+def leftovers() -> list[str]:
+    """What of the project is still in podman: containers, networks and volumes, by name."""
+    names = [f"container {name}" for name in containers(running_only=False)]
+    for kind in ("network", "volume"):
+        listed = podman(kind, "ls", "--format", "{{.Name}}", check=False).split()
+        names += [f"{kind} {name}" for name in listed if name.startswith(f"{PROJECT}_")]
+    return names
+
+
 def logs(container: str, lines: int = 30) -> str:
     """The last lines a container wrote (stdout and stderr, as podman keeps them)."""
     done = subprocess.run(
