@@ -103,7 +103,10 @@ def api_port() -> int:
 
 def teardown() -> None:
     """Remove everything of the project: containers, networks, volumes; never raises."""
-    compose("down", "--volumes", "--timeout", "10", timeout_s=180.0, check=False)
+    # --remove-orphans: podman-compose's down removes only the file's containers at scale 1.
+    compose(
+        "down", "--volumes", "--remove-orphans", "--timeout", "10", timeout_s=180.0, check=False
+    )
     leftover = containers(running_only=False)
     if leftover:
         podman("rm", "--force", "--time", "5", *leftover, check=False)
