@@ -1,0 +1,100 @@
+"""A trainer's environment for the integration tests: verl, TRL and OpenRLHF, with our client.
+
+Built once by uv into ~/.cache/rl-sandbox (keyed by the requirements below; uv's package cache
+makes a rebuild a few seconds, a first build downloads PyTorch), apart from the project's own
+environment so that the trainers' pins (transformers, numpy) never touch it. The client comes
+from this checkout and nothing else of it: PYTHONPATH names a folder that holds only a link to
+trainer_client/, and the environment holds httpx and pydantic as the light install does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON_VERSION = "3.12"
+REQUIREMENTS = (
+    "verl==0.9.1",
+    "trl==1.16.0",
+    # verl's agent loop imports these without declaring them
+    "cachetools",
+    "fastapi",
+    "uvicorn",
+    # the client's own dependencies (clients/python)
+    "httpx>=0.27",
+    "pydantic>=2.7",
+    # what openrlhf.utils.agent imports; OpenRLHF itself comes without its dependencies
+    # (DeepSpeed, vLLM, flash-attn: GPU builds), since only its agent interface is used
+    "aiohttp",
+    "pylatexenc",
+)
+NO_DEPS = ("openrlhf==0.11.2",)
+
+
+def _uv() -> str:
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    assert found, "uv is needed (make setup installs it into .venv)"
+    return found
+
+
+def _run(args: list[str]) -> None:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"{args}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+
+
+def trainer_python() -> Path:
+    """The interpreter of the trainers' environment, built on first use."""
+    key = hashlib.sha256("\n".join((PYTHON_VERSION, *REQUIREMENTS, *NO_DEPS)).encode()).hexdigest()
+    venv = Path.home() / ".cache" / "rl-sandbox" / f"trainer-env-{key[:12]}"
+    python = venv / "bin" / "python"
+    if (venv / ".complete").exists():
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    interpreter = subprocess.run(
+        [str(REPO / "scripts" / "find-python.sh"), PYTHON_VERSION],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    uv = _uv()
+    _run([uv, "venv", "-q", "--python", interpreter, str(venv)])
+    _run([uv, "pip", "install", "-q", "--python", str(python), *REQUIREMENTS])
+    _run([uv, "pip", "install", "-q", "--python", str(python), "--no-deps", *NO_DEPS])
+    (venv / ".complete").write_text("\n".join((*REQUIREMENTS, *NO_DEPS)) + "\n")
+    return python
+
+
+def client_only_path(folder: Path) -> Path:
+    """A folder whose only entry links to this checkout's trainer_client (for PYTHONPATH)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "trainer_client"
+    if not link.exists():
+        link.symlink_to(REPO / "trainer_client", target_is_directory=True)
+    return folder
+
+
+def run_in_trainer_env(
+    python: Path, script: Path, args: list[str], client_path: Path, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run a script of tests/integrations in the trainers' environment."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("RL_SANDBOX_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    env["PYTHONPATH"] = str(client_path)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run(
+        [str(python), str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        cwd=client_path,
+    )

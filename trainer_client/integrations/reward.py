@@ -1,0 +1,209 @@
+"""Rewards graded by the service (POST /verify) in the shapes trainers call them.
+
+- verl's `custom_reward_function`: `compute_score` (one sample, async: verl's reward loop runs
+  many at once, and they are coalesced here into few POSTs) and `compute_score_batch` (verl's
+  `batch` reward manager: the whole batch, sync, one call).
+- Any trainer: `grade_responses` / `grade_responses_sync` (TRL's reward_funcs use them).
+
+A response scores 1.0 when the content of its last `\\boxed{}` equals the reference, 0.0 when it
+is judged not to (or has no boxed answer). An answer the service could not judge after the
+client's retries raises UnjudgedAnswerError: a step should fail rather than learn from a 0 that
+says nothing about the answer.
+
+The service is named by the `sandbox_url` (and `api_key`) argument, which verl passes from
+`custom_reward_function.reward_kwargs`, else by RL_SANDBOX_URL (and RL_SANDBOX_API_KEY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from trainer_client.errors import SandboxClientError
+from trainer_client.integrations.answer import final_answer
+from trainer_client.integrations.clients import ClientPerLoop, ServiceAddress, shared_sync_client
+from trainer_client.wire import VerifyItem, VerifyResult
+
+URL_VARIABLE = "RL_SANDBOX_URL"
+API_KEY_VARIABLE = "RL_SANDBOX_API_KEY"
+COALESCE_WAIT_S = 0.02
+"""How long the first answer of a POST waits for others; verl starts a batch's samples at once."""
+MAX_ITEMS_PER_POST = 256
+
+
+class UnjudgedAnswerError(SandboxClientError):
+    """The service could not judge an answer (queue_timeout or sandbox_error after retries)."""
+
+
+def service_address(sandbox_url: str | None = None, api_key: str | None = None) -> ServiceAddress:
+    """The service named by the arguments, else by RL_SANDBOX_URL / RL_SANDBOX_API_KEY."""
+    url = sandbox_url or os.environ.get(URL_VARIABLE)
+    if not url:
+        raise ValueError(f"no sandbox service: pass sandbox_url= or set {URL_VARIABLE}")
+    return ServiceAddress(url, api_key or os.environ.get(API_KEY_VARIABLE) or None)
+
+
+def score_of(result: VerifyResult | None) -> float:
+    """1.0 for a correct answer, 0.0 for a wrong or missing one (None); raises if unjudged."""
+    if result is None:
+        return 0.0
+    if not result.judged:
+        raise UnjudgedAnswerError(f"the service could not judge an answer: {result.reason}")
+    return 1.0 if result.correct else 0.0
+
+
+def _items(responses: Sequence[str], references: Sequence[Any]) -> list[VerifyItem | None]:
+    if len(responses) != len(references):
+        raise ValueError(f"{len(responses)} responses but {len(references)} references")
+    answers = [final_answer(r) for r in responses]
+    return [
+        None if a is None else VerifyItem(answer=a, reference=str(ref))
+        for a, ref in zip(answers, references, strict=True)
+    ]
+
+
+def _scores(items: list[VerifyItem | None], verdicts: Sequence[VerifyResult]) -> list[float]:
+    found = iter(verdicts)
+    return [score_of(None if item is None else next(found)) for item in items]
+
+
+async def grade_responses(
+    responses: Sequence[str],
+    references: Sequence[Any],
+    *,
+    address: ServiceAddress,
+    timeout_s: float = 5.0,
+) -> list[float]:
+    """Scores of whole responses against references: one /verify call for the batch."""
+    items = _items(responses, references)
+    asked = [i for i in items if i is not None]
+    verdicts = await _clients(address).get().verify(asked, timeout=timeout_s) if asked else []
+    return _scores(items, verdicts)
+
+
+def grade_responses_sync(
+    responses: Sequence[str],
+    references: Sequence[Any],
+    *,
+    address: ServiceAddress,
+    timeout_s: float = 5.0,
+) -> list[float]:
+    """Blocking twin of grade_responses (through the process's shared sync client)."""
+    items = _items(responses, references)
+    asked = [i for i in items if i is not None]
+    verdicts = shared_sync_client(address).verify(asked, timeout=timeout_s) if asked else []
+    return _scores(items, verdicts)
+
+
+class _Coalescer:
+    """Answers graded one at a time, sent together: the first waits COALESCE_WAIT_S for others."""
+
+    def __init__(self, clients: ClientPerLoop, timeout_s: float) -> None:
+        self._clients = clients
+        self._timeout_s = timeout_s
+        self._pending: list[tuple[VerifyItem, asyncio.Future[VerifyResult]]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._posts: set[asyncio.Task[None]] = set()
+
+    async def grade(self, item: VerifyItem) -> VerifyResult:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[VerifyResult] = loop.create_future()
+        self._pending.append((item, future))
+        if len(self._pending) >= MAX_ITEMS_PER_POST:
+            self._flush()
+        elif self._timer is None:
+            self._timer = loop.call_later(COALESCE_WAIT_S, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending = self._pending, []
+        if batch:
+            task = asyncio.ensure_future(self._post(batch))
+            self._posts.add(task)
+            task.add_done_callback(self._posts.discard)
+
+    async def _post(self, batch: list[tuple[VerifyItem, asyncio.Future[VerifyResult]]]) -> None:
+        try:
+            verdicts = await self._clients.get().verify(
+                [item for item, _ in batch], timeout=self._timeout_s
+            )
+        except BaseException as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), verdict in zip(batch, verdicts, strict=True):
+            if not future.done():
+                future.set_result(verdict)
+
+
+_CLIENTS: dict[ServiceAddress, ClientPerLoop] = {}
+_COALESCERS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[ServiceAddress, float], _Coalescer]
+] = weakref.WeakKeyDictionary()
+
+
+def _clients(address: ServiceAddress) -> ClientPerLoop:
+    return _CLIENTS.setdefault(address, ClientPerLoop(address))
+
+
+def _coalescer(address: ServiceAddress, timeout_s: float) -> _Coalescer:
+    per_loop = _COALESCERS.setdefault(asyncio.get_running_loop(), {})
+    key = (address, timeout_s)
+    if key not in per_loop:
+        per_loop[key] = _Coalescer(_clients(address), timeout_s)
+    return per_loop[key]
+
+
+async def close_clients() -> None:
+    """Close the running loop's clients of this module (a later call opens new ones)."""
+    _COALESCERS.pop(asyncio.get_running_loop(), None)
+    for clients in list(_CLIENTS.values()):
+        await clients.aclose()
+
+
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    *,
+    sandbox_url: str | None = None,
+    api_key: str | None = None,
+    verify_timeout_s: float = 5.0,
+    **_: Any,
+) -> float:
+    """verl's custom reward function, one sample (verl's reward loop awaits many at once)."""
+    answer = final_answer(solution_str)
+    if answer is None:
+        return 0.0
+    coalescer = _coalescer(service_address(sandbox_url, api_key), verify_timeout_s)
+    return score_of(await coalescer.grade(VerifyItem(answer=answer, reference=str(ground_truth))))
+
+
+def compute_score_batch(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[dict[str, Any] | None] | None = None,
+    *,
+    sandbox_url: str | None = None,
+    api_key: str | None = None,
+    verify_timeout_s: float = 5.0,
+    **_: Any,
+) -> list[float]:
+    """verl's custom reward function for its `batch` reward manager: every sample, one call."""
+    return grade_responses_sync(
+        solution_strs,
+        ground_truths,
+        address=service_address(sandbox_url, api_key),
+        timeout_s=verify_timeout_s,
+    )
