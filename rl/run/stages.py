@@ -68,8 +68,8 @@ def checkpoint(ctx: RunContext, tag: str) -> None:
 
 
 async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
-    """Token-mean NLL on demonstrations, warm-up then cosine decay (run whole: no mid-stage
-    checkpoint)."""
+    """Token-mean NLL on demonstrations, warm-up then the stage's rate schedule (run whole: no
+    mid-stage checkpoint)."""
     if not ctx.demos:
         raise ValueError(f"stage {stage.name}: an SFT stage needs demonstrations (sft_file)")
     started = time.monotonic()
@@ -84,6 +84,8 @@ async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
         weight_decay=grpo.weight_decay,
         warmup=warmup,
         total=stage.steps,
+        schedule=stage.lr_schedule,
+        decay_steps=stage.decay_steps,
     )
     order = DrawOrder(len(examples), ctx.config.seed, stage.name)
     bar = ctx.records.bar(stage.steps, f"{stage.name} ({stage.kind})")

@@ -221,6 +221,11 @@ class StageConfig:
     """None: [grpo].warmup_steps (sft: 4 % of steps)."""
     batch_size: int = 32
     """sft: demonstrations per step."""
+    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    """sft: after warm-up, "cosine" decays the rate to 0 over the rest of the stage; "constant"
+    keeps it until the last `decay_steps`, which decay it to 0 (warm-up, stable, decay)."""
+    decay_steps: int = 0
+    """sft with lr_schedule = "constant": steps at the end whose rate decays (cosine) to 0."""
     max_response_tokens: int | None = None
     """grpo: response budget (paper: 8K, 12K, 12K); None: [grpo]'s."""
     max_turns: int | None = None
@@ -392,6 +397,10 @@ def _check(config: TrainConfig, source: str) -> None:
             problems.append(f"{at}.learning_rate: must be positive")
         if stage.batch_size < 1:
             problems.append(f"{at}.batch_size: must be at least 1")
+        if stage.decay_steps < 0 or stage.decay_steps > stage.steps:
+            problems.append(f"{at}.decay_steps: must be between 0 and steps ({stage.steps})")
+        if stage.decay_steps and stage.lr_schedule != "constant":
+            problems.append(f'{at}.decay_steps: only with lr_schedule = "constant"')
         if stage.kind == "grpo":
             grpo = config.stage_grpo(stage)
             if grpo.max_response_tokens < 1 or grpo.max_turns < 1 or grpo.prompts_per_step < 1:

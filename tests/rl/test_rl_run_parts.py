@@ -12,7 +12,7 @@ import pytest
 from rl.data.order import DrawOrder
 from rl.run.checkpoint import stale_checkpoints, step_tag
 from rl.run.evaluate import pass_at_1
-from rl.run.optim import warmup_constant, warmup_cosine
+from rl.run.optim import sft_rate_factor, warmup_constant, warmup_cosine, warmup_stable_decay
 from rl.run.records import Recorder, TensorBoardSink, flat_scalars
 from rl.run.stages import after_filter, problems_to_check
 
@@ -52,6 +52,20 @@ def test_schedules() -> None:
     assert warmup_constant(0, 0) == 1.0
     assert warmup_cosine(0, 2, 10) == 0.5 and warmup_cosine(2, 2, 10) == 1.0
     assert warmup_cosine(10, 2, 10) == pytest.approx(0.0)
+
+
+def test_the_constant_sft_schedule_holds_the_rate_until_its_decay_steps() -> None:
+    # warm-up 2, total 10, the last 4 decaying: steps 1..6 at the full rate, then down to 0.
+    factors = [warmup_stable_decay(s, 2, 10, 4) for s in range(11)]
+    assert factors[:7] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert factors[8] == pytest.approx(0.5) and factors[10] == pytest.approx(0.0)
+    assert all(a > b for a, b in zip(factors[6:], factors[7:], strict=False))
+    assert [warmup_stable_decay(s, 2, 10, 0) for s in (2, 9, 10)] == [1.0, 1.0, 1.0]
+    constant = sft_rate_factor("constant", 2, 10, 4)
+    assert [constant(s) for s in range(11)] == factors
+    assert sft_rate_factor("cosine", 2, 10, 0)(6) == warmup_cosine(6, 2, 10) < 1.0
+    with pytest.raises(ValueError, match="unknown SFT learning-rate schedule"):
+        sft_rate_factor("linear", 2, 10, 0)
 
 
 def test_pass_at_1_is_the_mean_of_per_problem_success_rates() -> None:

@@ -58,6 +58,18 @@ def test_stage_overrides_apply_to_grpo() -> None:
             "does not leave room for the prompt",
         ),
         ({"task": {"kind": "jsonl"}}, "task.train_file: required"),
+        (
+            {"stages": [{"name": "a", "kind": "sft", "lr_schedule": "linear"}]},
+            "stages[0].lr_schedule: 'linear' is not one of",
+        ),
+        (
+            {"stages": [{"name": "a", "kind": "sft", "steps": 5, "decay_steps": 6}]},
+            "stages[0] (a).decay_steps: must be between 0 and steps (5)",
+        ),
+        (
+            {"stages": [{"name": "a", "kind": "sft", "steps": 5, "decay_steps": 2}]},
+            'decay_steps: only with lr_schedule = "constant"',
+        ),
     ],
 )
 def test_mistakes_are_named(change: dict[str, Any], message: str) -> None:
