@@ -348,18 +348,30 @@ def train_command(
             dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    print("\n".join(run_summary_lines(out)))
+    return 0
+
+
+def run_summary_lines(out: Path) -> list[str]:
+    """What `rl-sandbox train` prints at the end: the run directory and, when the run had RL
+    steps, the reward of the first 3 steps and of the last fifth (a run of SFT stages alone
+    writes no metrics.jsonl)."""
+    metrics = out / "metrics.jsonl"
+    text = metrics.read_text() if metrics.exists() else ""
+    rows = [json.loads(x) for x in text.splitlines() if x.strip()]
     summary = json.loads((out / "summary.json").read_text())
-    print(f"run directory: {out}")
+    lines = [f"run directory: {out}"]
     if rows:
         rewards = [r["reward_mean"] for r in rows]
         k = max(len(rewards) // 5, 1)
-        print(
+        lines.append(
             f"RL steps: {len(rows)}; reward_mean first 3 steps {_mean(rewards[:3]):.3f}, "
             f"last fifth ({k} steps) {_mean(rewards[-k:]):.3f}; "
             f"duration {summary['duration_s']:.0f} s"
         )
-    return 0
+    else:
+        lines.append(f"no RL steps; duration {summary['duration_s']:.0f} s")
+    return lines
 
 
 def _mean(values: list[float]) -> float:

@@ -15,6 +15,7 @@ from rl.run.evaluate import pass_at_1
 from rl.run.optim import sft_rate_factor, warmup_constant, warmup_cosine, warmup_stable_decay
 from rl.run.records import Recorder, TensorBoardSink, flat_scalars
 from rl.run.stages import after_filter, problems_to_check
+from rl.run.trainer import run_summary_lines
 
 
 def test_draw_order_is_epochs_of_shuffles_and_resumes_from_its_position() -> None:
@@ -66,6 +67,21 @@ def test_the_constant_sft_schedule_holds_the_rate_until_its_decay_steps() -> Non
     assert sft_rate_factor("cosine", 2, 10, 0)(6) == warmup_cosine(6, 2, 10) < 1.0
     with pytest.raises(ValueError, match="unknown SFT learning-rate schedule"):
         sft_rate_factor("linear", 2, 10, 0)
+
+
+def test_the_end_of_run_summary_reads_rl_rewards_and_allows_a_run_of_sft_alone(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "summary.json").write_text('{"duration_s": 12.4, "global_steps": 0}')
+    # A run of SFT stages alone writes no metrics.jsonl; the summary used to crash on it.
+    assert run_summary_lines(tmp_path)[1] == "no RL steps; duration 12 s"
+    rewards = [0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.9]
+    lines = "".join(f'{{"reward_mean": {r}}}\n' for r in rewards)
+    (tmp_path / "metrics.jsonl").write_text(lines)
+    assert run_summary_lines(tmp_path) == [
+        f"run directory: {tmp_path}",
+        "RL steps: 10; reward_mean first 3 steps 0.200, last fifth (2 steps) 0.950; duration 12 s",
+    ]
 
 
 def test_pass_at_1_is_the_mean_of_per_problem_success_rates() -> None:
