@@ -3,6 +3,7 @@ metric sinks, pass@1."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 from pathlib import Path
@@ -60,7 +61,7 @@ def test_the_constant_sft_schedule_holds_the_rate_until_its_decay_steps() -> Non
     factors = [warmup_stable_decay(s, 2, 10, 4) for s in range(11)]
     assert factors[:7] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert factors[8] == pytest.approx(0.5) and factors[10] == pytest.approx(0.0)
-    assert all(a > b for a, b in zip(factors[6:], factors[7:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(factors[6:]))
     assert [warmup_stable_decay(s, 2, 10, 0) for s in (2, 9, 10)] == [1.0, 1.0, 1.0]
     constant = sft_rate_factor("constant", 2, 10, 4)
     assert [constant(s) for s in range(11)] == factors
