@@ -185,9 +185,18 @@ def resume_settings(tmp_path: Path) -> dict[str, Any]:
     }
 
 
+FLOAT_NOISE = ("logprob_mismatch",)
+"""The engine's sampling log-probs against the trainer's recomputation: about 1e-7 of float
+rounding that depends on how the engine batched its sequences, not on the run's state."""
+
+
 def comparable(line: dict[str, Any]) -> dict[str, Any]:
-    """A metrics line less what depends on the clock."""
-    return {k: v for k, v in line.items() if not k.startswith("time_") and k not in ("engines",)}
+    """A metrics line less what depends on the clock or on float rounding alone."""
+    return {
+        k: v
+        for k, v in line.items()
+        if not k.startswith("time_") and k not in ("engines", *FLOAT_NOISE)
+    }
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -208,7 +217,12 @@ def test_a_resumed_run_goes_on_exactly_as_the_uninterrupted_one(tmp_path: Path) 
 
     a, b = read_lines(whole / "metrics.jsonl"), read_lines(cut / "metrics.jsonl")
     assert [x["step"] for x in b] == [1, 2, 3, 4]
-    assert [comparable(x) for x in a] == [comparable(x) for x in b]
+    for whole_line, resumed_line in zip(a, b, strict=True):
+        x, y = comparable(whole_line), comparable(resumed_line)
+        differ = {k: (x.get(k), y.get(k)) for k in x.keys() | y.keys() if x.get(k) != y.get(k)}
+        assert not differ, (x["step"], differ)
+        for key in FLOAT_NOISE:
+            assert resumed_line[key] == pytest.approx(whole_line[key], rel=0.2, abs=1e-7), key
     assert sum(not x["skipped_update"] for x in a[2:]) >= 1, a  # the resumed steps update
     assert all(x["tool_calls_per_rollout"] == 0 for x in a)
     assert read_lines(whole / "sft.jsonl") == read_lines(cut / "sft.jsonl")
