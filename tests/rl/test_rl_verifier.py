@@ -49,7 +49,9 @@ def test_a_worker_that_dies_mid_check_is_reported_and_replaced() -> None:
     with VerifierPool(workers=2, timeout_s=60.0, soft_timeout=False) as pool:
         pool.check_many([("1", "1")] * 2)  # both workers up
         pids = pool.worker_pids()
-        killer = threading.Timer(1.0, lambda: [os.kill(pid, signal.SIGKILL) for pid in pids])
+        # Killed once a worker is busy on the check (not after a fixed delay, which a loaded
+        # machine can reach before the check is even sent: then it hangs on a new worker).
+        killer = threading.Thread(target=_kill_when_busy, args=(pids,))
         killer.start()
         start = time.monotonic()
         (verdict,) = pool.check_many([HANG])
@@ -58,6 +60,23 @@ def test_a_worker_that_dies_mid_check_is_reported_and_replaced() -> None:
         assert time.monotonic() - start < 30.0
         assert [v.equal for v in pool.check_many([("2", "2"), ("3", "2")])] == [True, False]
         assert not set(pool.worker_pids()) & set(pids)
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _kill_when_busy(pids: list[int], busy_ticks: int = 20, give_up_s: float = 25.0) -> None:
+    """SIGKILL every pid once one of them has spent `busy_ticks` of CPU since the call."""
+    start = {pid: _cpu_ticks(pid) for pid in pids}
+    deadline = time.monotonic() + give_up_s
+    while time.monotonic() < deadline:
+        if any(_cpu_ticks(pid) - start[pid] >= busy_ticks for pid in pids):
+            break
+        time.sleep(0.02)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_workers_that_do_not_start_in_time_raise() -> None:
