@@ -323,7 +323,7 @@ class JailExecutor:
             reply = jail.run(spec, cancel)
         except (JailFailure, OSError) as exc:
             self.jail_failures += 1
-            log.warning("jail failure", extra={"error": str(exc)})
+            log.warning("jail failure: %s", exc, extra={"error": str(exc)})
             self._discard_jail(force=True)
             raise
         self.warmed_runs += reply.warmed

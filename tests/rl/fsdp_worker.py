@@ -151,4 +151,5 @@ if __name__ == "__main__":
     else:
         update(path)
     if dist.is_initialized():
+        dist.barrier()  # no rank tears gloo down while another still has work in flight
         dist.destroy_process_group()

@@ -76,8 +76,17 @@ def run_tree(args: list[str], cwd: Path, timeout_s: float = 240) -> None:
         raise AssertionError(f"{args[-3:]} exited {code}:\n{tail}")
 
 
+GLOO_ABORT = "terminate called without an active exception"
+"""What torch 2.15's gloo printed once in CI when a rank aborted (exit -6) with no Python error."""
+
+
 def _run(args: list[str], tmp_path: Path) -> None:
-    run_tree(args, tmp_path)
+    try:
+        run_tree(args, tmp_path)
+    except AssertionError as exc:
+        if GLOO_ABORT not in str(exc):
+            raise
+        run_tree(args, tmp_path)  # once more: a crash of the runtime, not a wrong result
 
 
 @pytest.mark.slow
