@@ -62,13 +62,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(Overloaded, _overloaded)
     app.add_exception_handler(Unavailable, _unavailable)
+    # Routes are matched in this order, each failed match costing a few microseconds: the
+    # execution routes first, the operational ones (probes, scrapes) last.
     app.include_router(execute_routes.router)
-    app.include_router(operations.router)
     app.include_router(codejudge_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher))
     app.include_router(
         sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher)
     )
     app.include_router(verify_router(settings, ctx.run))
+    app.include_router(operations.router)
     _document_bodies(app, execute_routes.BODY_MODELS)
     return app
 

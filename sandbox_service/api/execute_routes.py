@@ -53,8 +53,9 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     responses=ERRORS,
     openapi_extra=_json_body(ExecuteRequest),
 )
-async def execute(http_request: Request, ctx: Context) -> Response:
+async def execute(http_request: Request) -> Response:
     """Run one program; its failure is a 200 with a status."""
+    ctx: ApiContext = http_request.app.state.context
     request = parse_body(ExecuteRequest, await http_request.body())
     problems = check_request(request, ctx.settings, ("body",))
     if problems:
