@@ -2,8 +2,8 @@
 
 Each outstanding job is an asyncio future in `Outstanding`. Two tasks resolve them:
 
-- the listener pops completion notices from this process's reply list (one connection, BLMPOP,
-  up to 512 notices per round trip) and resolves futures from the inline result;
+- the listener pops completion notices from this process's reply list (one connection it holds,
+  BLMPOP, up to 512 notices per round trip) and resolves futures from the inline result;
 - the watchdog re-checks jobs that have waited a while (after poll_interval_s, then with doubling
   intervals): a stored result whose notice was lost is delivered; a job still queued past its
   start-by time is withdrawn and answered queue_timeout; a started job whose worker stopped beating
@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from sandbox_service import keys
 from sandbox_service.api.watchdog_rules import Action, decide, next_check_every
+from sandbox_service.broker.held_connection import HeldConnection
 from sandbox_service.broker.jobqueue import JobQueue, JobState, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.execution import Status
@@ -98,7 +99,7 @@ class Awaiter:
         self._reply_key = reply_key
         self._job_queue = job_queue
         self._run_sync = run_sync
-        self._listen_redis = listen_redis
+        self._listen = HeldConnection(listen_redis)
         self._redis = redis
         self._route = route
         self._on_retry = on_retry
@@ -146,17 +147,21 @@ class Awaiter:
         backoff_s = 0.05
         while True:
             try:
-                popped = await self._listen_redis.blmpop(
-                    1, 1, self._reply_key, direction="LEFT", count=512
+                popped = await self._listen.execute(
+                    "BLMPOP", 1, 1, self._reply_key, "LEFT", "COUNT", 512
                 )
                 backoff_s = 0.05
                 if popped:
-                    notices: list[bytes] = popped[1]  # type: ignore[assignment]
+                    notices: list[bytes] = popped[1]
                     await self._on_notices(notices)
             except (RedisError, OSError) as exc:
                 log.warning("reply listener: redis error: %s", exc)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 2.0)
+
+    async def release(self) -> None:
+        """Give the listener's connection back (the listener has stopped)."""
+        await self._listen.release()
 
     async def _on_notices(self, notices: Sequence[bytes]) -> None:
         to_fetch: list[str] = []

@@ -9,8 +9,9 @@ Errors of the service itself (a program's failure is a result, never one of thes
 Admission is batched: one task collects every group waiting to be admitted and sends them all in
 one Lua script (jobqueue.ADMIT_SCRIPT) that checks the queue depth and enqueues each group that
 fits: one round trip for any number of requests, from the event loop (no thread hop on the hot
-path), and the bound is exact across replicas. The enqueue commands are built on the loop for a
-small round and in a thread for a large one (a 1,024-request batch costs about 12 milliseconds).
+path) on a connection the admission task holds (held_connection.py), and the bound is exact
+across replicas. The enqueue commands are built on the loop for a small round and in a thread for
+a large one (a 1,024-request batch costs about 12 milliseconds).
 
 A round with session cells first routes them (one more round trip): each goes to the own queue of
 its session's owner, claimed in Redis (session_store.py). The bound counts the shared queue and
@@ -34,6 +35,7 @@ from redis.exceptions import RedisError
 from sandbox_service import keys
 from sandbox_service.api.awaiting import Awaiter
 from sandbox_service.broker import jobqueue, worker_stats
+from sandbox_service.broker.held_connection import HeldConnection
 from sandbox_service.broker.jobqueue import JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
@@ -95,7 +97,7 @@ class Dispatcher:
             route=self.route,
             on_retry=self._count_retry,
         )
-        self._admit_script = self.redis.register_script(jobqueue.ADMIT_SCRIPT)
+        self._admission_connection = HeldConnection(self.redis)
         self._depth_script = self.redis.register_script(jobqueue.DEPTH_SCRIPT)
         self._to_admit: asyncio.Queue[tuple[list[NewJob], asyncio.Future[bool]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,6 +127,8 @@ class Dispatcher:
         self.awaiter.fail_all("the server is shutting down")
         if self._cancelling:  # abandoned work still to cancel: do not leave it running
             await asyncio.wait(self._cancelling, timeout=5.0)
+        await self._admission_connection.release()
+        await self.awaiter.release()
         await self.redis.aclose()
         await self._listen_redis.aclose()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -257,7 +261,9 @@ class Dispatcher:
             script_keys, argv = self._admission(groups)
         else:
             script_keys, argv = await self._run_sync(self._admission, groups)
-        replies = await self._admit_script(keys=script_keys, args=argv)
+        replies = await self._admission_connection.run_script(
+            jobqueue.ADMIT_SCRIPT, script_keys, argv
+        )
         return [bool(flag) for flag in replies]
 
     @property
