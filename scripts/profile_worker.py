@@ -1,9 +1,10 @@
 """What the worker's job path costs without a jail: RQ's loop and our edge, CPU per job.
 
 Starts a private redis-server on a unix socket, enqueues N jobs the way the API's retries do
-(JobQueue.enqueue: RQ's own job hash and queue push), and drains them with one LeanWorker in
-burst mode whose handler answers at once (no program runs). Prints the worker's CPU per job, and
-with --profile the functions that take it (cProfile with a CPU clock), grouped as RQ's loop
+(JobQueue.enqueue: RQ's own job hash and queue push), and drains them with one LeanWorker whose
+handler answers at once (no program runs). The worker listens on its own queue and the shared
+one, as `rl-sandbox worker` does (RQ's BLPOP path). Prints the worker's CPU per job, and with
+--profile the functions that take it (cProfile with a CPU clock), grouped as RQ's loop
 (dequeue, job fetch, registries), our prepare and deliver pipelines, and the rest.
 
     .venv/bin/python scripts/profile_worker.py [--jobs 3000] [--profile]
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import multiprocessing
 import pstats
 import shutil
 import subprocess
@@ -23,8 +25,12 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import redis
+from rq import Queue
+from rq.job import Job
 
+from sandbox_service import keys
 from sandbox_service.broker.jobqueue import JobQueue, LeanWorker, NewJob, connect_worker
 from sandbox_service.execution import Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result
@@ -40,6 +46,13 @@ class Answer:
 
     def abandon(self, execution_id: str, payload: JobPayload, reason: str) -> ResultDict:
         return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
+
+
+class DequeueOnly(LeanWorker):
+    """A LeanWorker that only dequeues: what RQ's loop costs without any of our per-job code."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        pass
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -59,34 +72,65 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("redis-server did not start")
 
 
+def _commands(connection: redis.Redis) -> int:
+    """Commands Redis has run so far (a Lua script's inner calls count too)."""
+    stats = connection.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+def enqueue_jobs(url: str, count: int) -> None:
+    """Enqueue `count` jobs (in a child process: the worker's CPU and instructions are its own,
+    so that `valgrind --tool=callgrind` on this script counts the worker alone)."""
+    queue = JobQueue(connect_worker(url), QUEUE, result_ttl_s=60)
+    # A reply list, as the API gives every job (its notices pile up unread here).
+    payload = JobPayload(code="print(1)", request_id="r", reply_to=f"{QUEUE}:reply")
+    for start in range(0, count, 500):
+        batch = range(start, min(start + 500, count))
+        queue.enqueue([NewJob(uuid.uuid4().hex, payload, 30.0) for _ in batch])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--dequeue-only", action="store_true", help="RQ's loop alone: jobs are popped, not run"
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="rl-sandbox-profile-"))
     proc, url = start_redis(workdir)
     try:
+        child = multiprocessing.get_context("fork").Process(
+            target=enqueue_jobs, args=(url, args.jobs)
+        )
+        child.start()
+        child.join()
         connection = connect_worker(url)
-        queue = JobQueue(connection, QUEUE, result_ttl_s=60)
-        payload = JobPayload(code="print(1)", request_id="r")
-        for start in range(0, args.jobs, 500):
-            batch = range(start, min(start + 500, args.jobs))
-            queue.enqueue([NewJob(uuid.uuid4().hex, payload, 30.0) for _ in batch])
-        worker = LeanWorker(Answer(), QUEUE, 60, connection=connection, name="profile-worker")
+        name = "profile-worker"
+        own_queue = keys.worker_queue(QUEUE, name)
+        worker_class = DequeueOnly if args.dequeue_only else LeanWorker
+        worker = worker_class(Answer(), QUEUE, 60, own_queue, connection=connection, name=name)
         profiler = cProfile.Profile(time.process_time) if args.profile else None
+        redis_proc = psutil.Process(proc.pid)
+        commands0, redis_cpu0 = _commands(connection), sum(redis_proc.cpu_times()[:2])
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if profiler:
             profiler.enable()
-        worker.work(burst=True, logging_level="WARNING", with_scheduler=False)
+        # Not burst mode: RQ then dequeues with one BLPOP on both queues, as in production
+        # (burst mode LPOPs each queue in turn).
+        worker.work(logging_level="WARNING", max_jobs=args.jobs, max_idle_time=5)
         if profiler:
             profiler.disable()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        redis_cpu = sum(redis_proc.cpu_times()[:2]) - redis_cpu0
+        commands = _commands(connection) - commands0 - 1  # less this INFO
         done = len(connection.keys(f"*{QUEUE}*result*")) or args.jobs
         print(
             f"{args.jobs} jobs ({done} results): worker CPU {1000 * cpu / args.jobs:.3f} ms/job, "
-            f"{args.jobs / wall:.0f} jobs/s (one worker, Redis on a unix socket)"
+            f"{args.jobs / wall:.0f} jobs/s (one worker, Redis on a unix socket); Redis "
+            f"{commands / args.jobs:.2f} commands/job (with those a script runs), "
+            f"CPU {1000 * redis_cpu / args.jobs:.3f} ms/job"
         )
         if profiler:
             stats = pstats.Stats(profiler)

@@ -9,20 +9,22 @@ one, the other is tried first).
 RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
 no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So `LeanWorker` keeps RQ's
 loop (blocking dequeue, registration, signals, suspension, maintenance) and replaces the per-job
-bookkeeping with two pipelines:
+bookkeeping with two Lua scripts, three round trips per job with the dequeue:
 
-    BLPOP own and shared, in turn (RQ) -> HGETALL job (RQ) -> [prepare: started by <worker>,
-      PERSIST, LREM intermediate (BLMOVE's list, when a worker listens on one queue only)]
-      -> handler runs the program -> [deliver, MULTI: SET result, RPUSH notice, DEL job hash]
+    BLPOP own and shared, in turn (RQ) -> [PREPARE_SCRIPT: if the job hash exists, RQ's
+      "started by <worker>" HSET (and LREM of BLMOVE's intermediate list, when a worker listens
+      on one queue only), then HMGET of the fields the worker reads, EXISTS cancel marker]
+      -> handler runs the program -> [DELIVER_SCRIPT: SET result, RPUSH notice, DEL job hash]
 
-(RQ dequeues from two queues with BLPOP, not BLMOVE: a worker SIGKILLed in the microseconds
-between its BLPOP and its prepare leaves the job in no list; its request is answered
-sandbox_error at its wait deadline.)
+RQ's own fetch (HGETALL and five date parses) is skipped: its dequeue hands out a DequeuedJob
+whose fields come with the prepare script's reply. (RQ dequeues from two queues with BLPOP, not
+BLMOVE: a worker SIGKILLed in the microseconds between its BLPOP and its prepare leaves the job
+in no list; its request is answered sandbox_error at its wait deadline.)
 
 Invariant the API watchdog relies on: a job hash that is gone means its result is stored (both
-change in one MULTI), unless Redis itself lost the data. A started job is watched through its
-`worker_name` and that worker's heartbeat in the `alive` set, not RQ's StartedJobRegistry
-(whose abandoned-job detection waits job timeout + 60 s).
+change in one script, atomically), unless Redis itself lost the data. A started job is watched
+through its `worker_name` and that worker's heartbeat in the `alive` set, not RQ's
+StartedJobRegistry (whose abandoned-job detection waits job timeout + 60 s).
 """
 
 from __future__ import annotations
@@ -369,8 +371,72 @@ class JobHandler(Protocol):
         ...
 
 
+class DequeuedJob(Job):
+    """An RQ job as a LeanWorker dequeues it: its fields are read by PREPARE_SCRIPT, with its start.
+
+    RQ's Job.fetch reads the whole hash (HGETALL) and parses five dates with strptime, a round
+    trip and about a tenth of the worker's CPU per job (scripts/profile_worker.py). A LeanWorker
+    needs the payload and the timeout; the rest is restored as RQ's defaults. Only the dequeue
+    uses this class (LeanQueue): RQ's maintenance fetches whole jobs, as it may save them back.
+    """
+
+    FIELDS = ("data", "origin", "timeout", "description", "status")
+
+    def refresh(self) -> None:
+        """Nothing: LeanWorker.execute_job reads the fields in its prepare round trip."""
+
+    def restore_fields(self, values: Sequence[bytes | None]) -> None:
+        """Restore from the values of FIELDS (PREPARE_SCRIPT's reply)."""
+        self.restore({f: v for f, v in zip(self.FIELDS, values, strict=True) if v is not None})
+
+
+_FIELD_NAMES = ", ".join(f"'{name}'" for name in DequeuedJob.FIELDS)
+PREPARE_SCRIPT = (
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local i = 1
+while i <= #ARGV do
+  local nargs = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + nargs))
+  i = i + 1 + nargs
+end
+local fields = redis.call('HMGET', KEYS[1], """
+    + _FIELD_NAMES
+    + """)
+return {fields, redis.call('EXISTS', KEYS[2])}
+"""
+)
+"""A dequeued job's start in one round trip (KEYS: the job hash, its cancel marker; ARGV: RQ's
+own commands that mark it started by this worker, counted as in ADMIT_SCRIPT). Returns its
+fields and whether it was cancelled, or false when the job hash is gone (nothing is written
+then). The marker is read after the worker name is set (see JobQueue.cancel)."""
+
+
+DELIVER_SCRIPT = """
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+if KEYS[4] then
+  redis.call('RPUSH', KEYS[4], ARGV[3])
+  redis.call('EXPIRE', KEYS[4], ARGV[2])
+end
+redis.call('DEL', KEYS[2])
+redis.call('HINCRBY', KEYS[3], 'successful_job_count', 1)
+"""
+"""A job's result, atomically (KEYS: result key, job hash, worker hash[, reply list]; ARGV:
+result JSON, its TTL, the notice): store it, notify the waiter, delete the job hash, count it."""
+
+
+class LeanQueue(Queue):
+    """RQ's Queue whose dequeue hands out DequeuedJob (read later, in the prepare round trip)."""
+
+    @classmethod
+    def dequeue_any(cls, *args: Any, **kwargs: Any) -> tuple[Job, Queue] | None:
+        kwargs["job_class"] = DequeuedJob
+        dequeued: tuple[Job, Queue] | None = super().dequeue_any(*args, **kwargs)
+        return dequeued
+
+
 class LeanWorker(SimpleWorker):
-    """RQ's SimpleWorker with two pipelines per job instead of ~70 commands (see module doc)."""
+    """RQ's SimpleWorker with two scripts per job instead of ~70 commands (see module doc)."""
 
     suspension_check_interval_s = 1.0
     heartbeat_interval_s = 10.0
@@ -386,12 +452,16 @@ class LeanWorker(SimpleWorker):
         **kwargs: Any,
     ) -> None:
         queues = [own_queue, queue_name] if own_queue else [queue_name]
-        super().__init__(queues, serializer=JSONSerializer, **kwargs)
+        super().__init__(queues, serializer=JSONSerializer, queue_class=LeanQueue, **kwargs)
+        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
+        self._uses_intermediate_list = len(queues) == 1
         self._handler = handler
         self._queue_name = queue_name
         self._result_ttl_s = result_ttl_s
         self._suspension_checked_at = 0.0
         self._heartbeat_at = 0.0
+        self._prepare_script = self.connection.register_script(PREPARE_SCRIPT)
+        self._deliver_script = self.connection.register_script(DELIVER_SCRIPT)
 
     # RQ calls these several times per job, each a round trip; rate-limit them.
     def set_state(self, state: str, pipeline: Any = None) -> None:
@@ -426,13 +496,10 @@ class LeanWorker(SimpleWorker):
         self._state = WorkerStatus.BUSY
         reply_to = ""
         try:
-            with self.connection.pipeline(transaction=False) as pipe:
-                job.prepare_for_execution(self.name, pipeline=pipe)
-                pipe.persist(job.key)
-                pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-                # Last, after the worker name is set (see JobQueue.cancel).
-                pipe.exists(keys.cancelled(self._queue_name, job.id))
-                cancelled = pipe.execute()[-1]
+            cancelled = self._start(job, queue)
+            if cancelled is None:  # deleted after its dequeue (RQ's fetch would skip it too)
+                log.warning("job vanished before it started", extra=fields(execution_id=job.id))
+                return
             reply_to = JobPayload.reply_to_of(job.args[0])
             payload = JobPayload.from_wire(job.args[0])
             if cancelled:
@@ -456,16 +523,38 @@ class LeanWorker(SimpleWorker):
         finally:
             self._state = WorkerStatus.IDLE
 
+    def _start(self, job: Job, queue: Queue) -> bool | None:
+        """Mark the job started by this worker and read it; whether it was cancelled, or None
+        when its hash is gone."""
+        # RQ's own commands, recorded on a pipeline that is never sent (as in admission).
+        record = self.connection.pipeline(transaction=False)
+        try:
+            job.prepare_for_execution(self.name, pipeline=record)
+            if self._uses_intermediate_list:
+                record.lrem(queue.intermediate_queue_key, 1, job.id)
+            argv: list[Any] = []
+            for args, _ in record.command_stack:
+                argv.append(len(args))
+                argv.extend(args)
+        finally:
+            record.reset()
+        cancel_marker = keys.cancelled(self._queue_name, job.id)
+        reply = self._prepare_script(keys=[job.key, cancel_marker], args=argv)
+        if not reply:
+            return None
+        values, cancelled = reply
+        if isinstance(job, DequeuedJob):
+            job.restore_fields(values)
+        return bool(cancelled)
+
     def _deliver(self, job: Job, reply_to: str, result: ResultDict) -> None:
         result_json = encode_result(result)
-        with self.connection.pipeline(transaction=True) as pipe:
-            pipe.set(keys.result(self._queue_name, job.id), result_json, ex=self._result_ttl_s)
-            if reply_to:
-                pipe.rpush(reply_to, encode_notice(job.id, result_json))
-                pipe.expire(reply_to, self._result_ttl_s)
-            pipe.delete(job.key)
-            pipe.hincrby(self.key, "successful_job_count", 1)
-            pipe.execute()
+        result_key = keys.result(self._queue_name, job.id)
+        notice = encode_notice(job.id, result_json) if reply_to else ""
+        self._deliver_script(
+            keys=[result_key, job.key, self.key, *([reply_to] if reply_to else [])],
+            args=[result_json, self._result_ttl_s, notice],
+        )
 
 
 def work(

@@ -1,0 +1,129 @@
+"""LeanWorker's job path against a real Redis, no jail: start, read, deliver, skip, and RQ's view.
+
+The worker runs in the test's main thread (RQ installs signal handlers) for a fixed number of
+jobs, with a handler that records what it was given and answers at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from sandbox_service import keys
+from sandbox_service.broker.jobqueue import DequeuedJob, JobQueue, LeanWorker, NewJob
+from sandbox_service.execution import Status
+from sandbox_service.jobs import JobPayload, ResultDict, decode_notice, failure_result
+
+REPLY = "lean-worker-test:reply"
+
+
+class Recorder:
+    """A handler that records each job and the job hash as the handler saw it."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self._redis = connection
+        self.runs: list[tuple[str, JobPayload, list[bytes | None]]] = []
+
+    def run(self, execution_id: str, payload: JobPayload) -> ResultDict:
+        seen = self._redis.hmget(keys.rq_job(execution_id), ["status", "worker_name"])
+        self.runs.append((execution_id, payload, seen))
+        return failure_result(Status.OK, "", execution_id)
+
+    def abandon(self, execution_id: str, payload: JobPayload, reason: str) -> ResultDict:
+        return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
+
+
+@pytest.fixture
+def queue_name(redis_client: redis.Redis) -> Iterator[str]:
+    name = f"lean-{uuid.uuid4().hex[:8]}"
+    yield name
+    redis_client.delete(REPLY)
+
+
+def _enqueue(redis_client: redis.Redis, queue_name: str, count: int) -> list[str]:
+    ids = [uuid.uuid4().hex for _ in range(count)]
+    payload = JobPayload(code="print(1)", request_id="r", reply_to=REPLY)
+    JobQueue(redis_client, queue_name, result_ttl_s=60).enqueue(
+        [NewJob(i, payload, 30.0) for i in ids]
+    )
+    return ids
+
+
+def _work(redis_client: redis.Redis, queue_name: str, jobs: int) -> tuple[Recorder, str]:
+    handler = Recorder(redis_client)
+    name = f"lean-worker-{uuid.uuid4().hex[:6]}"
+    own = keys.worker_queue(queue_name, name)
+    worker = LeanWorker(handler, queue_name, 60, own, connection=redis_client, name=name)
+    worker.work(logging_level="WARNING", max_jobs=jobs, max_idle_time=5)
+    return handler, name
+
+
+def _notices(redis_client: redis.Redis) -> dict[str, ResultDict]:
+    out = {}
+    for raw in redis_client.lrange(REPLY, 0, -1):
+        execution_id, result = decode_notice(raw)
+        assert result is not None
+        out[execution_id] = result
+    return out
+
+
+def test_jobs_run_started_by_the_worker_and_leave_only_their_results(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    ids = _enqueue(redis_client, queue_name, 3)
+    handler, name = _work(redis_client, queue_name, 3)
+    assert [run[0] for run in handler.runs] == ids
+    for _, payload, seen in handler.runs:
+        assert payload.code == "print(1)" and payload.reply_to == REPLY
+        assert seen == [b"started", name.encode()]
+    assert set(_notices(redis_client)) == set(ids)
+    for execution_id in ids:
+        assert not redis_client.exists(keys.rq_job(execution_id))
+        assert redis_client.get(keys.result(queue_name, execution_id)) is not None
+
+
+def test_a_job_cancelled_before_its_start_is_answered_killed_without_running(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    (execution_id,) = _enqueue(redis_client, queue_name, 1)
+    redis_client.set(keys.cancelled(queue_name, execution_id), 1, ex=60)
+    handler, _ = _work(redis_client, queue_name, 1)
+    assert handler.runs == []
+    assert _notices(redis_client)[execution_id]["status"] == "killed"
+
+
+def test_a_job_whose_hash_vanished_is_skipped_and_not_recreated(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    gone, kept = _enqueue(redis_client, queue_name, 2)
+    redis_client.delete(keys.rq_job(gone))
+    handler, _ = _work(redis_client, queue_name, 2)
+    assert [run[0] for run in handler.runs] == [kept]
+    assert not redis_client.exists(keys.rq_job(gone))
+    assert set(_notices(redis_client)) == {kept}
+
+
+def test_a_dequeued_job_reads_what_rq_reads_of_the_fields_the_worker_uses(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Guards DequeuedJob against RQ changing its hash: the fields it restores match Job.fetch.
+    (execution_id,) = _enqueue(redis_client, queue_name, 1)
+    key = keys.rq_job(execution_id)
+    # No TTL on a waiting job: the worker need not PERSIST it at its start.
+    assert redis_client.ttl(key) == -1
+    full = Job.fetch(execution_id, connection=redis_client, serializer=JSONSerializer)
+    lean = DequeuedJob(execution_id, connection=redis_client, serializer=JSONSerializer)
+    lean.restore_fields(redis_client.hmget(key, DequeuedJob.FIELDS))
+    assert (lean.id, lean.args, lean.timeout, lean.origin, lean.description) == (
+        full.id,
+        full.args,
+        full.timeout,
+        full.origin,
+        full.description,
+    )
+    assert lean.get_status(refresh=False) == full.get_status(refresh=False)
