@@ -41,7 +41,26 @@ def _sub_block(text: str, old: str, new: str) -> str:
     return _sub(text, _block(old), _block(new))
 
 
-def instrument(src: Path, dst: Path) -> Path:
+FLOOR_AT = '    """Answer run requests through pre-forked children until told to exit (cold mode: one)."""\n'
+FLOOR = """    def _floor(fork, exit):
+        t0, c0 = time.thread_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(N_FORKS):
+            pid = fork()
+            if pid == 0:
+                exit(0)
+            os.waitpid(pid, 0)
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        child = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+        return (time.thread_time() - t0) / N_FORKS, child / N_FORKS, (c1.ru_minflt - c0.ru_minflt) / N_FORKS
+    _floor(os.fork, os._exit)
+    _Z["floor"] = {"os.fork": _floor(os.fork, os._exit), "libc fork": _floor(_libc().fork, _libc()._exit)}
+"""
+"""The floor of a fork per call: the zygote forks children that exit at once (os.fork, which
+runs the interpreter's at-fork work in the child, and libc's fork, which does not), inside the
+jail's cgroups, before it serves."""
+
+
+def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
     """An instrumented copy of the jail's zygote.py (with protocol.py) in dst; its path."""
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "protocol.py", dst / "protocol.py")
@@ -57,6 +76,7 @@ def instrument(src: Path, dst: Path) -> Path:
         _Z[name] = _Z.get(name, 0.0) + time.thread_time() - t0
     def _cmark(i):
         _struct.pack_into("d", _SHM, 8 * i, time.process_time())
+        _struct.pack_into("d", _SHM, 64 + 8 * i, resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
     WORK_DIR = "/home/sandbox"''',
     )
     # child marks
@@ -96,23 +116,37 @@ def instrument(src: Path, dst: Path) -> Path:
         "    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _wipe_scratch()\n",
         "    _t = time.thread_time()\n    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _zt('reap', _t); _t = time.thread_time()\n    _wipe_scratch()\n    _zt('wipe', _t)\n",
     )
+    s = _sub(
+        s,
+        "                cpu = usage.ru_utime + usage.ru_stime\n",
+        "                cpu = usage.ru_utime + usage.ru_stime\n                _Z['_minflt'] = usage.ru_minflt\n",
+    )
+    if floor_forks:
+        s = _sub(s, FLOOR_AT, FLOOR_AT + FLOOR.replace("N_FORKS", str(floor_forks)))
+    # around the wait for the program, whichever way supervise() spells it
+    s = _sub(
+        s,
+        '    """Wait for the program to end or time out, kill its whole tree, describe the outcome."""\n',
+        '    """Wait for the program to end or time out, kill its whole tree, describe the outcome."""\n    _t = time.thread_time()\n',
+    )
     s = _sub_block(
         s,
-        """    exit_code, signum, cpu, timed_out = _wait_child(
-            pid, taken.started + request.limits.timeout_s, sock
-        )""",
-        """    _t = time.thread_time()
-        exit_code, signum, cpu, timed_out = _wait_child(
-            pid, taken.started + request.limits.timeout_s, sock
-        )
-        _zt('wait_child', _t)
+        """    wall = time.monotonic() - taken.started
+    """,
+        """    _zt('wait_child', _t)
         c = _struct.unpack_from("6d", _SHM, 0)
+        f = _struct.unpack_from("6d", _SHM, 64)
         for i, name in enumerate(("c:prepare", "c:take_request", "c:setup", "c:program", "c:finish")):
             _Z[name] = _Z.get(name, 0.0) + c[i + 1] - c[i]
+            _Z["f:" + name[2:]] = _Z.get("f:" + name[2:], 0.0) + f[i + 1] - f[i]
+        _Z["f:to_first_mark"] = _Z.get("f:to_first_mark", 0.0) + f[0]
+        _Z["f:exit_teardown"] = _Z.get("f:exit_teardown", 0.0) + _Z.pop("_minflt") - f[5]
         _Z["c:to_first_mark"] = _Z.get("c:to_first_mark", 0.0) + c[0]
         _Z["c:exit_teardown"] = _Z.get("c:exit_teardown", 0.0) + cpu - c[5]
         _Z["c:total"] = _Z.get("c:total", 0.0) + cpu
-        _Z["runs"] = _Z.get("runs", 0) + 1""",
+        _Z["runs"] = _Z.get("runs", 0) + 1
+        wall = time.monotonic() - taken.started
+    """,
     )
     s = _sub_block(
         s,
@@ -161,6 +195,7 @@ def main() -> None:
     parser.add_argument("--warm-up", default="never", help="idle_warm_up of the slot")
     parser.add_argument("--zygote-dir", default=None, help="the jail directory to instrument")
     parser.add_argument("--work", default="/tmp/rl-sandbox-jail-phases")
+    parser.add_argument("--floor", type=int, default=0, help="measure N bare forks first")
     args = parser.parse_args()
     import sandbox_service.jail.zygote as zygote_module
     from sandbox_service.execution import ExecutionSpec, Limits
@@ -169,7 +204,7 @@ def main() -> None:
 
     src = Path(args.zygote_dir or os.path.dirname(zygote_module.__file__))
     work = Path(args.work) / f"{os.getpid()}"
-    zygote_module.__file__ = str(instrument(src, work))  # what make_layout mounts
+    zygote_module.__file__ = str(instrument(src, work, args.floor))  # what make_layout mounts
     os.chmod(args.work, 0o755)
     settings = Settings(cgroup_parent="rl-sandbox-phases", idle_warm_up=args.warm_up)
     ex = JailExecutor(settings, slot=40, mode="warm")
@@ -207,9 +242,19 @@ def main() -> None:
         lines = [x for x in ex._log_path.read_text().splitlines() if "PHASES" in x]
         phases = json.loads(lines[-1].split("PHASES", 1)[1])
         runs = phases.pop("runs")
-        print(f"phases, ms per run over {runs} runs:")
+        floor = phases.pop("floor", None)
+        faults = {k[2:]: v for k, v in phases.items() if k.startswith("f:")}
+        print(f"phases, ms per run over {runs} runs (child: minor faults per run):")
         for name, value in phases.items():
-            print(f"  {name:18} {1000 * value / runs:7.3f}")
+            if not name.startswith("f:"):
+                fault = faults.get(name[2:])
+                extra = "" if fault is None else f"  {fault / runs:7.0f} faults"
+                print(f"  {name:18} {1000 * value / runs:7.3f}{extra}")
+        for how, (zygote, child, child_faults) in (floor or {}).items():
+            print(
+                f"floor ({how} + _exit, {args.floor} times): zygote {1000 * zygote:.3f} ms,"
+                f" child {1000 * child:.3f} ms ({child_faults:.0f} faults) per fork"
+            )
     finally:
         ex.close()
         shutil.rmtree(work, ignore_errors=True)
