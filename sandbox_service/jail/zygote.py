@@ -31,6 +31,7 @@ import ctypes
 import dataclasses
 import importlib
 import json
+import math
 import os
 import resource
 import select
@@ -813,31 +814,56 @@ def _fetch_files(paths: tuple[str, ...], budget: protocol.FetchBudget) -> protoc
 
 @dataclass(frozen=True, slots=True)
 class _Taken:
-    """standby -> zygote, on a private pipe before the program starts: the request it took."""
+    """standby -> zygote, on a private pipe before the program starts: what the zygote needs
+    of the request it took to supervise the run (not the request itself: its input files
+    would be encoded, decoded and validated a second time), or why it could not be set up."""
 
     started: float
     cpu_before_s: float
     """The standby's CPU at the request (its rusage covers its preparation too)."""
-    request: protocol.RunRequest | None
+    timeout_s: float
+    fetch: tuple[str, ...]
+    fetch_budget: protocol.FetchBudget
     setup_error: str | None
+
+    @classmethod
+    def of(cls, started: float, cpu_before_s: float, request: protocol.RunRequest) -> _Taken:
+        """What the zygote needs of a valid request."""
+        return cls(
+            started,
+            cpu_before_s,
+            request.limits.timeout_s,
+            request.fetch,
+            request.fetch_budget,
+            None,
+        )
 
     def to_line(self) -> bytes:
         wire = {
             "op": "run",
             "started": self.started,
             "cpu_before_s": self.cpu_before_s,
-            "request": None if self.request is None else self.request.to_wire(),
+            "timeout_s": self.timeout_s,
+            "fetch": list(self.fetch),
+            "fetch_budget": self.fetch_budget.to_wire(),
             "setup_error": self.setup_error,
         }
         return (json.dumps(wire) + "\n").encode()
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> _Taken:
-        request = obj.get("request")
+        timeout_s = float(obj["timeout_s"])
+        if not math.isfinite(timeout_s):
+            raise ValueError("timeout_s: not a finite number")
+        fetch = obj["fetch"]
+        if not isinstance(fetch, list):
+            raise ValueError("fetch: expected a list")
         return cls(
             started=float(obj["started"]),
             cpu_before_s=float(obj["cpu_before_s"]),
-            request=None if request is None else protocol.RunRequest.from_wire(request),
+            timeout_s=timeout_s,
+            fetch=tuple(protocol.checked_path(path) for path in fetch),
+            fetch_budget=protocol.FetchBudget.from_wire(obj["fetch_budget"]),
             setup_error=None if obj.get("setup_error") is None else str(obj["setup_error"]),
         )
 
@@ -864,7 +890,6 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
         os.close(go_fd)
         if not go:  # the zygote is gone
             os._exit(0)
-        _reseed_random()
         try:
             message, fds = recv_frame(sock, max_fds=4)
         except (EOFError, OSError):
@@ -888,7 +913,10 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
                 _write_files(request.files)
             except (OSError, ValueError) as exc:
                 setup_error = f"could not write input files: {exc}"
-        taken = _Taken(started, cpu_before, request, setup_error)
+        if request is None or setup_error is not None:
+            taken = _Taken(started, cpu_before, 0.0, (), protocol.FetchBudget(), setup_error)
+        else:
+            taken = _Taken.of(started, cpu_before, request)
         data = taken.to_line()
         while data:
             data = data[os.write(forward_fd, data) :]
@@ -986,11 +1014,7 @@ def _consume_abort(sock: socket.socket) -> None:
 
 def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply:
     """Wait for the program to end or time out, kill its whole tree, describe the outcome."""
-    assert taken.request is not None
-    request = taken.request
-    exit_code, signum, cpu, timed_out = _wait_child(
-        pid, taken.started + request.limits.timeout_s, sock
-    )
+    exit_code, signum, cpu, timed_out = _wait_child(pid, taken.started + taken.timeout_s, sock)
     wall = time.monotonic() - taken.started
     # The child's rusage covers its life as a standby too: less what it had used by then.
     if timed_out or signum is not None:
@@ -1008,7 +1032,7 @@ def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply
         timed_out=timed_out,
         wall_time_s=wall,
         cpu_time_s=cpu,
-        fetched=_fetch_files(request.fetch, request.fetch_budget),
+        fetched=_fetch_files(taken.fetch, taken.fetch_budget),
         outputs=take_outputs(),
     )
 
@@ -1154,8 +1178,8 @@ def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
             # Leave, and let the worker's side see the jail end.
             _kill_everyone_else()
             return
-        if taken.setup_error is not None or taken.request is None:
-            reply = protocol.RunReply(setup_error=taken.setup_error or "malformed request")
+        if taken.setup_error is not None:
+            reply = protocol.RunReply(setup_error=taken.setup_error)
         else:
             reply = supervise(current.pid, taken, sock)
         reply = dataclasses.replace(reply, warmed=current.warmed)

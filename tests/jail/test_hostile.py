@@ -3,6 +3,7 @@ and leaves the executor healthy for the next call."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import textwrap
 import time
@@ -591,6 +592,18 @@ def test_files_in_and_out(run: RunFn) -> None:
     )
     assert result.status == Status.OK, result
     assert result.files == {"out.txt": b"HELLO"}
+
+
+def test_large_input_files(run: RunFn) -> None:
+    # Input files within the API's 16 MiB: the standby's report to the zygote once carried
+    # them, base64 again, and a report over its 1 MiB bound ended the jail.
+    data = bytes(range(256)) * (12 * 1024)  # 3 MiB
+    result = run(
+        "import hashlib\nprint(hashlib.sha256(open('big.bin', 'rb').read()).hexdigest())",
+        files={"big.bin": data, "small.txt": b"x"},
+    )
+    assert result.status == Status.OK, result
+    assert result.stdout == hashlib.sha256(data).hexdigest() + "\n"
 
 
 def test_fetch_never_follows_symlinks_out(run: RunFn) -> None:
