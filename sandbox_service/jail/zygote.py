@@ -553,10 +553,14 @@ def run_child(code_fd: int, limits: protocol.RunLimits, namespace: dict[str, Any
 
 def _reseed_random() -> None:
     # A forked child inherits the zygote's PRNG states: every execution would draw the same
-    # numbers. `random` reseeds itself at fork; numpy's legacy global state does not.
+    # numbers. `random` reseeds itself at fork; numpy's legacy global state does not, nor does
+    # sympy's own generator (sympy.randprime, its randomised tests), seeded once at its import.
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed()
+    sympy_random = sys.modules.get("sympy.core.random")
+    if sympy_random is not None:
+        sympy_random.rng.seed()
 
 
 def _fresh_main() -> dict[str, Any]:

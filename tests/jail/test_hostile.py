@@ -523,10 +523,16 @@ def test_nothing_leaks_between_executions(run: RunFn) -> None:
 
 
 def test_random_state_differs_between_executions(run: RunFn) -> None:
-    program = "import random, numpy\nprint(random.random(), numpy.random.random())"
+    program = (
+        "import random, numpy, sympy.core.random\n"
+        "print(random.random(), numpy.random.random(), sympy.core.random.rng.random())"
+    )
     first, second = run(program), run(program)
     assert first.status == second.status == Status.OK
-    assert first.stdout != second.stdout
+    for generator, a, b in zip(
+        ("random", "numpy", "sympy"), first.stdout.split(), second.stdout.split(), strict=True
+    ):
+        assert a != b, f"{generator} drew the same number in two executions"
 
 
 def test_segfault_is_killed(run: RunFn) -> None:
