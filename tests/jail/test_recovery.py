@@ -66,3 +66,34 @@ def test_a_second_jail_death_is_a_sandbox_error_and_the_slot_recovers(
     assert "zygote connection lost" in result.stderr
     after = executor.run(ExecutionSpec(code="print('fine')"))
     assert (after.status, after.stdout) == (Status.OK, "fine\n")
+
+
+def test_jails_start_while_another_thread_rewrites_the_environment() -> None:
+    # Cold mode starts each next jail in a background thread. Python releases the GIL around
+    # the vfork of nsjail, so the main thread runs meanwhile; pytest itself sets an environment
+    # variable at every test phase. With the process's global environ, execve then read a
+    # rewritten array and failed with EFAULT ("jail did not start: [Errno 14] Bad address").
+    ex = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=12, mode="cold")
+    stop = threading.Event()
+    names = [f"RL_SANDBOX_TEST_CHURN_{i}" for i in range(40)]
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            os.environ[names[i % len(names)]] = "x" * (i % 300)
+            if i % 7 == 0:
+                os.environ.pop(names[(i * 3) % len(names)], None)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        results = [ex.run(ExecutionSpec(code=f"print({i})")) for i in range(25)]
+    finally:
+        stop.set()
+        churner.join()
+        for name in names:
+            os.environ.pop(name, None)
+        ex.close()
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(25)]
+    assert ex.jail_failures == 0
