@@ -1,0 +1,143 @@
+"""What a forked child's page faults land on: the preloaded heap's objects, by type.
+
+Builds the zygote's heap outside the jail, as zygote.main does (preload, immortalize, freeze,
+huge pages, the allocator's fill), forks children that each run the program, records every
+minor fault of the whole run with `perf record -e minor-faults -c 1 -d` (perf re-runs this
+script under it), and maps each fault address of the children to the preloaded object that
+holds it, or to the mapping it falls in. Needs root and perf.
+
+    .venv/bin/python scripts/fault_anatomy.py [--children 6] [--code 'import sympy ...']
+        [--no-fill] [--no-immortal]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+SYMPY_SOLVE = "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve((x - {a}) * (x - {b}), x))"
+
+
+def build_heap(fill: bool, immortal: bool) -> None:
+    from sandbox_service.jail import zygote
+
+    zygote.preload()
+    gc.collect()
+    if immortal:
+        zygote.immortalize_heap()
+    gc.collect()
+    gc.freeze()
+    zygote.huge_pages()
+    if fill:
+        zygote.fill_allocator()
+
+
+def object_map() -> list[tuple[int, int, str]]:
+    """(address, size, type name) of every object reachable as the zygote's walk reaches them."""
+    from sandbox_service.jail import zygote
+
+    pending = gc.get_objects()
+    seen: set[int] = set()
+    rows = []
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        try:
+            size = sys.getsizeof(obj)
+        except TypeError:
+            size = 16
+        rows.append((id(obj), size, type(obj).__name__))
+        if type(obj) is types.CodeType:
+            pending.extend(zygote._parts_of_code(obj))
+        else:
+            pending.extend(gc.get_referents(obj))
+    return sorted(rows)
+
+
+def mappings() -> list[tuple[int, int, str]]:
+    rows = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        name = fields[5].rsplit("/", 1)[-1] if len(fields) > 5 else "[anon]"
+        rows.append((low, high, f"{name} {fields[1]}"))
+    return rows
+
+
+def inner(args: argparse.Namespace, out: Path) -> None:
+    build_heap(fill=not args.no_fill, immortal=not args.no_immortal)
+    children = []
+    for i in range(args.children):
+        pid = os.fork()
+        if pid == 0:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            exec(args.code.format(a=i + 2, b=i + 9), {"__name__": "__main__"})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        children.append(pid)
+    out.write_text(json.dumps({"children": children, "objects": object_map(), "maps": mappings()}))
+
+
+def attribute(faults: list[int], objects: list, maps: list) -> collections.Counter[str]:
+    starts = [row[0] for row in objects]
+    kinds: collections.Counter[str] = collections.Counter()
+    for address in faults:
+        i = bisect.bisect_right(starts, address) - 1
+        if i >= 0 and objects[i][0] <= address < objects[i][0] + objects[i][1]:
+            kinds[objects[i][2]] += 1
+            continue
+        where = next((name for low, high, name in maps if low <= address < high), "?")
+        kinds[f"(no object) {where}"] += 1
+    return kinds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--children", type=int, default=6)
+    parser.add_argument("--code", default=SYMPY_SOLVE, help="{a} and {b} vary per child")
+    parser.add_argument("--no-fill", action="store_true")
+    parser.add_argument("--no-immortal", action="store_true")
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        inner(args, Path(args.inner))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        report, data = Path(tmp) / "report.json", Path(tmp) / "perf.data"
+        argv = [a for a in sys.argv[1:]]
+        subprocess.run(
+            ["perf", "record", "-q", "-e", "minor-faults", "-c", "1", "-d", "-o", str(data),
+             "--", sys.executable, __file__, *argv, "--inner", str(report)],
+            check=True,
+        )  # fmt: skip
+        done = json.loads(report.read_text())
+        script = subprocess.run(
+            ["perf", "script", "-i", str(data), "-F", "pid,addr"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    children = set(done["children"])
+    faults = [
+        int(fields[1], 16)
+        for fields in (line.split() for line in script.stdout.splitlines())
+        if len(fields) == 2 and fields[0].isdigit() and int(fields[0]) in children
+    ]
+    kinds = attribute(faults, done["objects"], done["maps"])
+    n = len(children)
+    print(f"{len(faults) / n:.0f} minor faults per child ({n} children), by what they hit:")
+    for kind, count in kinds.most_common(20):
+        print(f"  {count / n:7.1f}  {kind}")
+
+
+if __name__ == "__main__":
+    main()
