@@ -103,8 +103,8 @@ def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
     # zygote phases
     s = _sub(
         s,
-        "    try:\n        pid = os.fork()\n    except OSError:",
-        "    _t = time.thread_time()\n    try:\n        pid = os.fork()\n    except OSError:",
+        "    try:\n        pid = fork_lean()\n    except OSError:",
+        "    _t = time.thread_time()\n    try:\n        pid = fork_lean()\n    except OSError:",
     )
     s = _sub(
         s,

@@ -540,6 +540,32 @@ def test_random_state_differs_between_executions(run: RunFn) -> None:
         assert a != b, f"{generator} drew the same number in two executions"
 
 
+def test_the_interpreter_state_is_the_programs_own_process(run: RunFn) -> None:
+    # The zygote forks without os.fork's interpreter handlers (zygote.fork_lean): what those
+    # would have reset must still describe this process, and threads, asyncio and logging work.
+    program = textwrap.dedent("""\
+        import asyncio, logging, os, threading
+        main = threading.main_thread()
+        assert threading.current_thread() is main
+        assert main.native_id == threading.get_native_id() == os.getpid(), (
+            main.native_id, threading.get_native_id(), os.getpid())
+        done = []
+        t = threading.Thread(target=done.append, args=(1,))
+        t.start()
+        t.join()
+        async def answer():
+            await asyncio.sleep(0)
+            return 42
+        logging.basicConfig()
+        logging.getLogger("program").warning("logged")
+        print(done, asyncio.run(answer()), len(threading.enumerate()))
+        """)
+    result = run(program)
+    assert result.status == Status.OK, result.stderr
+    assert result.stdout == "[1] 42 1\n"
+    assert "logged" in result.stderr
+
+
 def test_segfault_is_killed(run: RunFn) -> None:
     result = run("import ctypes\nctypes.string_at(0)")
     assert result.status == Status.KILLED
