@@ -1,10 +1,10 @@
 """What a forked child's page faults land on: the preloaded heap's objects, by type.
 
 Builds the zygote's heap outside the jail, as zygote.main does (preload, immortalize, freeze,
-huge pages, the allocator's fill), forks children that each run the program, records every
-minor fault of the whole run with `perf record -e minor-faults -c 1 -d` (perf re-runs this
-script under it), and maps each fault address of the children to the preloaded object that
-holds it, or to the mapping it falls in. Needs root and perf.
+huge pages, the allocator's fill), forks children as it does (fork_lean) that each run the
+program, records every minor fault of the whole run with `perf record -e minor-faults -c 1 -d`
+(perf re-runs this script under it), and maps each fault address of the children to the
+preloaded object that holds it, or to the mapping it falls in. Needs root and perf.
 
     .venv/bin/python scripts/fault_anatomy.py [--children 6] [--code 'import sympy ...']
         [--no-fill] [--no-immortal]
@@ -76,10 +76,12 @@ def mappings() -> list[tuple[int, int, str]]:
 
 
 def inner(args: argparse.Namespace, out: Path) -> None:
+    from sandbox_service.jail import zygote
+
     build_heap(fill=not args.no_fill, immortal=not args.no_immortal)
     children = []
     for i in range(args.children):
-        pid = os.fork()
+        pid = zygote.fork_lean()  # as the zygote forks its standbys
         if pid == 0:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
             exec(args.code.format(a=i + 2, b=i + 9), {"__name__": "__main__"})
