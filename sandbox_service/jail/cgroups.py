@@ -81,6 +81,10 @@ def _keyed_value(text: str, key: str) -> int:
     return 0
 
 
+_STAT_BYTES = 16 << 10
+"""More than memory.stat holds (about 1 KiB on cgroup v1, 2-3 KiB on v2)."""
+
+
 class _KernelFile:
     """A cgroup file read (and written) on every execution: opened once, then pread/pwrite."""
 
@@ -94,8 +98,8 @@ class _KernelFile:
             self._fd = os.open(self.path, self._flags | os.O_CLOEXEC)
         return self._fd
 
-    def read(self) -> str:
-        return os.pread(self._descriptor(), 4096, 0).decode()
+    def read(self, size: int = 4096) -> str:
+        return os.pread(self._descriptor(), size, 0).decode()
 
     def write(self, value: str) -> None:
         os.pwrite(self._descriptor(), value.encode(), 0)
@@ -143,6 +147,7 @@ class SlotCgroups:
             self._max_usage_file = _KernelFile(
                 self._memory / "memory.max_usage_in_bytes", writable=True
             )
+        self._stat_file = _KernelFile(self._memory / "memory.stat")  # read after every run
         self._baseline_bytes: int | None = None
         self._baseline_unreclaimable = 0
         self._limit_bytes = -1
@@ -202,7 +207,7 @@ class SlotCgroups:
         """Memory charged here that reclaim cannot free without swap: anonymous and shared
         (tmpfs, shared memory) pages."""
         try:
-            text = (self._memory / "memory.stat").read_text()
+            text = self._stat_file.read(_STAT_BYTES)
         except FileNotFoundError:
             return 0
         anon = _keyed_value(text, "anon" if self.v2 else "rss")
@@ -344,7 +349,7 @@ class SlotCgroups:
         if self._peak_fd is not None and self._peak_fd >= 0:
             os.close(self._peak_fd)
         self._peak_fd = None
-        for kernel_file in (self._usage_file, self._oom_file):
+        for kernel_file in (self._usage_file, self._oom_file, self._stat_file):
             kernel_file.close()
         if not self.v2:
             self._max_usage_file.close()
