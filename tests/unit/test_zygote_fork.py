@@ -2,21 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-
-def run_python(source: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from tests.unit.fresh_interpreter import run_python
 
 
 def test_a_lean_child_is_a_working_interpreter_of_its_own() -> None:

@@ -5,28 +5,17 @@ Each case runs in a fresh interpreter, since both change the heap of the process
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from tests.unit.fresh_interpreter import run_python
+
 pytestmark = pytest.mark.skipif(
     sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 12),
     reason="the zygote's heap preparation is for CPython 3.12",
 )
-
-
-def run_python(source: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 ANONYMOUS_MIB = """
