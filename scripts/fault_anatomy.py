@@ -21,8 +21,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
+from typing import Any
 
 SYMPY_SOLVE = "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve((x - {a}) * (x - {b}), x))"
 
@@ -42,26 +42,16 @@ def build_heap(fill: bool, immortal: bool) -> None:
 
 
 def object_map() -> list[tuple[int, int, str]]:
-    """(address, size, type name) of every object reachable as the zygote's walk reaches them."""
+    """(address, size, type name) of every object the zygote's walk reaches, by address."""
     from sandbox_service.jail import zygote
 
-    pending = gc.get_objects()
-    seen: set[int] = set()
     rows = []
-    while pending:
-        obj = pending.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
+    for obj in zygote.heap_objects():
         try:
             size = sys.getsizeof(obj)
         except TypeError:
             size = 16
         rows.append((id(obj), size, type(obj).__name__))
-        if type(obj) is types.CodeType:
-            pending.extend(zygote._parts_of_code(obj))
-        else:
-            pending.extend(gc.get_referents(obj))
     return sorted(rows)
 
 
@@ -91,7 +81,9 @@ def inner(args: argparse.Namespace, out: Path) -> None:
     out.write_text(json.dumps({"children": children, "objects": object_map(), "maps": mappings()}))
 
 
-def attribute(faults: list[int], objects: list, maps: list) -> collections.Counter[str]:
+def attribute(
+    faults: list[int], objects: list[list[Any]], maps: list[list[Any]]
+) -> collections.Counter[str]:
     starts = [row[0] for row in objects]
     kinds: collections.Counter[str] = collections.Counter()
     for address in faults:
@@ -117,10 +109,9 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         report, data = Path(tmp) / "report.json", Path(tmp) / "perf.data"
-        argv = [a for a in sys.argv[1:]]
         subprocess.run(
             ["perf", "record", "-q", "-e", "minor-faults", "-c", "1", "-d", "-o", str(data),
-             "--", sys.executable, __file__, *argv, "--inner", str(report)],
+             "--", sys.executable, __file__, *sys.argv[1:], "--inner", str(report)],
             check=True,
         )  # fmt: skip
         done = json.loads(report.read_text())
