@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import struct
 import time
 from pathlib import Path
 
@@ -32,7 +33,9 @@ def cpu_of(pid: int) -> tuple[float, float]:
 
 
 def heap_shape(pid: int) -> str:
-    """The zygote's anonymous memory, the part on huge pages, and its page tables."""
+    """The zygote's anonymous memory, the part mapped by huge pages, the part on 4 KiB pages
+    (not in any huge page, even a split one: what a fork copies one entry at a time), and its
+    page tables."""
     rollup = {
         line.split(":")[0]: int(line.split()[1])
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
@@ -41,8 +44,34 @@ def heap_shape(pid: int) -> str:
     pte = Path(f"/proc/{pid}/status").read_text().split("VmPTE:")[1].split()[0]
     return (
         f"anon {rollup['Anonymous'] >> 10} MiB, huge pages {rollup['AnonHugePages'] >> 10} MiB,"
-        f" VmPTE {pte} kB"
+        f" on 4 KiB pages {small_page_kib(pid) >> 10} MiB, VmPTE {pte} kB"
     )
+
+
+KPF_ANON, KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL, KPF_THP = 12, 15, 16, 22
+
+
+def small_page_kib(pid: int) -> int:
+    """KiB of the process's anonymous pages that are single 4 KiB folios (/proc/kpageflags)."""
+    small = 0
+    with (
+        open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap,
+        open("/proc/kpageflags", "rb", buffering=0) as flags,
+    ):
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            span, perms = line.split()[:2]
+            if "w" not in perms:
+                continue
+            low, high = (int(x, 16) for x in span.split("-"))
+            entries = os.pread(pagemap.fileno(), 8 * ((high - low) >> 12), 8 * (low >> 12))
+            for (entry,) in struct.iter_unpack("Q", entries):
+                if not entry >> 63:  # not present
+                    continue
+                pfn = entry & ((1 << 55) - 1)
+                (page,) = struct.unpack("Q", os.pread(flags.fileno(), 8, 8 * pfn))
+                large = page >> KPF_THP | page >> KPF_COMPOUND_HEAD | page >> KPF_COMPOUND_TAIL
+                small += 4 if page >> KPF_ANON & 1 and not large & 1 else 0
+    return small
 
 
 def main() -> None:

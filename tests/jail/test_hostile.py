@@ -422,6 +422,24 @@ def test_the_preloaded_heap_is_on_huge_pages_and_a_programs_writes_stay_its_own(
     assert after.stdout.strip() == sympy_version() and "X" not in after.stdout
 
 
+def test_the_preloaded_heap_lies_in_the_heap_mapping(warm_executor: JailExecutor) -> None:
+    # Arenas mapped one by one land between the libraries' mappings, where no huge page can
+    # back them, and every fork copies a page-table entry per page of them
+    # (zygote.contiguous_arenas): most of the zygote's memory must be in its heap's mapping.
+    pid = warm_executor.zygote_pid()
+    with open(f"/proc/{pid}/smaps") as f:
+        mappings = f.read().split("\n")
+    anonymous_kib, heap_kib, in_heap = 0, 0, False
+    for line in mappings:
+        if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
+            in_heap = line.endswith("[heap]")
+        elif line.startswith("Anonymous:"):
+            kib = int(line.split()[1])
+            anonymous_kib += kib
+            heap_kib += kib if in_heap else 0
+    assert heap_kib > 0.6 * anonymous_kib, f"{heap_kib} of {anonymous_kib} KiB in the heap"
+
+
 def sympy_version() -> str:
     import importlib.metadata
 

@@ -102,3 +102,72 @@ def test_the_allocator_report_is_read() -> None:
         """
     )
     assert out == "True True"
+
+
+HEAP_MAPPING = """
+def in_heap_mapping(objects):
+    with open("/proc/self/maps") as f:
+        low, high = next(
+            (int(x, 16) for x in line.split()[0].split("-")) for line in f if "[heap]" in line
+        )
+    return sum(low <= id(o) < high for o in objects) / len(objects)
+"""
+
+
+def test_arenas_taken_inside_lie_in_the_heap_mapping_and_the_default_comes_back() -> None:
+    # pymalloc maps each arena on its own, wherever the kernel finds room, often between two
+    # libraries' mappings, where no huge page can ever back it. Inside, they come from malloc's
+    # heap, one mapping that huge_pages collapses whole.
+    out = run_python(
+        ANONYMOUS_MIB
+        + HEAP_MAPPING
+        + textwrap.dedent("""
+        import sys
+        from sandbox_service.jail import zygote
+        sys.setrecursionlimit(10_000)
+        def deep(n):  # frames beyond the first chunks of the frame stack, taken there too
+            return 0 if n == 0 else 1 + deep(n - 1)
+        with zygote.contiguous_arenas() as taken:
+            inside = [bytes(100) for _ in range(200_000)]
+            deep(5_000)
+        after = [bytes(100) for _ in range(100_000)]
+        before_free = anonymous_mib()
+        share_inside, share_after = in_heap_mapping(inside), in_heap_mapping(after)
+        del inside  # arenas of the heap, now freed by the default allocator: unmapped
+        freed = before_free - anonymous_mib()
+        deep(5_000)
+        again = [bytes(100) for _ in range(200_000)]
+        print(taken, share_inside, share_after, freed, len(again))
+        """)
+    )
+    taken, share_inside, share_after, freed_mib, again = out.split()
+    assert taken == "True"
+    assert float(share_inside) > 0.95, f"only {share_inside} of the arenas were in the heap"
+    assert float(share_after) < 0.2, "the default allocator did not come back"
+    assert float(freed_mib) > 10, f"freeing the heap's arenas returned {freed_mib} MiB"
+    assert again == "200000"
+
+
+def test_the_heap_walk_visits_every_reachable_object_once() -> None:
+    out = run_python(
+        """
+        import gc
+        from sandbox_service.jail import zygote
+        untracked = "a string only a tuple holds " + str(12345)
+        holder = [(untracked, 10**40)]
+        gc.collect()
+        walked = [id(obj) for obj in zygote.heap_objects()]
+        print(len(walked) == len(set(walked)), id(untracked) in walked, id(holder[0][1]) in walked)
+        """
+    )
+    assert out == "True True True"
+
+
+def test_the_address_bitmap_tells_apart_objects_16_bytes_apart() -> None:
+    from sandbox_service.jail.zygote import _AddressBitmap
+
+    seen = _AddressBitmap()
+    addresses = [0x7F00_0000_0000 + 16 * i for i in range(1000)] + [0x5555_0000_0010, 1 << 20]
+    assert not any(seen.test_and_set(a) for a in addresses)
+    assert all(seen.test_and_set(a) for a in addresses)
+    assert not seen.test_and_set(0x7F00_0000_0000 + 16 * 1000)

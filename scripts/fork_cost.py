@@ -1,0 +1,93 @@
+"""What a fork and its child's exit cost per MiB of the parent's memory, by how it is mapped.
+
+Forks children that exit at once (libc's fork and _exit, as the zygote's standbys do) from a
+process that holds, in turn, more private anonymous memory: on huge pages (one PMD entry per
+2 MiB), on huge pages whose mapping was split since (512 page-table entries over one large
+folio, as the zygote's heap is after its first runs), and on 4 KiB pages (one entry and one
+folio per page, as arenas the kernel could not collapse). Prints the parent's and the child's
+CPU per fork after each step.
+
+    .venv/bin/python scripts/fork_cost.py [--mib 32] [--forks 300]
+
+Needs no root and no jail: one process of this interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import mmap
+import os
+import resource
+import time
+
+HUGE = 2 << 20
+MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_COLLAPSE = 14, 15, 25
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+FORK = ctypes.PyDLL(None).fork
+KEEP: list[mmap.mmap] = []
+
+
+def touched(mib: int, advice: int) -> tuple[mmap.mmap, int]:
+    """A private anonymous mapping of mib MiB (plus slack for alignment), every page written;
+    the mapping and the first huge-page boundary in it."""
+    size = (mib << 20) + HUGE
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    LIBC.madvise(address, size, advice)
+    for offset in range(0, size, 4096):
+        region[offset] = 1
+    KEEP.append(region)
+    return region, -(-address // HUGE) * HUGE - address
+
+
+def per_fork(forks: int) -> str:
+    t0, c0 = time.thread_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(forks):
+        pid = FORK()
+        if pid == 0:
+            LIBC._exit(0)
+        os.waitpid(pid, 0)
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+    parent = time.thread_time() - t0
+    return f"parent {1000 * parent / forks:.3f} ms, child {1000 * child / forks:.3f} ms"
+
+
+def anon_huge_mib() -> float:
+    with open("/proc/self/smaps_rollup") as f:
+        return int(f.read().split("AnonHugePages:")[1].split()[0]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=32)
+    parser.add_argument("--forks", type=int, default=300)
+    args = parser.parse_args()
+    mib = args.mib
+    print(f"per fork, this process as it started: {per_fork(args.forks)}")
+    region, start = touched(mib, MADV_HUGEPAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region)) + start
+    ranges = range(base, base + (mib << 20), HUGE)
+    collapsed = sum(LIBC.madvise(address, HUGE, MADV_COLLAPSE) == 0 for address in ranges)
+    print(f"+{mib} MiB on huge pages ({collapsed} collapsed, {anon_huge_mib():.0f} MiB huge):"
+          f" {per_fork(args.forks)}")  # fmt: skip
+    # A write to a huge page the parent shares with a live child splits the parent's mapping.
+    go_r, go_w = os.pipe()
+    pid = FORK()
+    if pid == 0:
+        os.read(go_r, 1)
+        LIBC._exit(0)
+    for offset in range(start, start + (mib << 20), HUGE):
+        region[offset] = 2
+    os.write(go_w, b"g")
+    os.waitpid(pid, 0)
+    print(f"  the same, each huge page's mapping split ({anon_huge_mib():.0f} MiB huge):"
+          f" {per_fork(args.forks)}")  # fmt: skip
+    touched(mib, MADV_NOHUGEPAGE)
+    print(f"+{mib} MiB on 4 KiB pages: {per_fork(args.forks)}")
+
+
+if __name__ == "__main__":
+    main()
