@@ -1,13 +1,14 @@
 """What a forked child's page faults land on: the preloaded heap's objects, by type.
 
-Builds the zygote's heap outside the jail, as zygote.main does (preload, immortalize, freeze,
-huge pages, the allocator's fill), forks children as it does (fork_lean) that each run the
-program, records every minor fault of the whole run with `perf record -e minor-faults -c 1 -d`
-(perf re-runs this script under it), and maps each fault address of the children to the
-preloaded object that holds it, or to the mapping it falls in. Needs root and perf.
+Builds the zygote's heap outside the jail, as zygote.main does (preload, immortalize, freeze and
+the allocator's fill with the arenas taken from the heap, then huge pages), forks children as it
+does (fork_lean) that each run the program, records every minor fault of the whole run with
+`perf record -e minor-faults -c 1 -d` (perf re-runs this script under it), and maps each fault
+address of the children to the preloaded object that holds it, or to the mapping it falls in.
+Needs root and perf.
 
     .venv/bin/python scripts/fault_anatomy.py [--children 6] [--code 'import sympy ...']
-        [--no-fill] [--no-immortal]
+        [--no-fill] [--no-immortal] [--no-contiguous]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import contextlib
 import gc
 import json
 import os
@@ -27,18 +29,19 @@ from typing import Any
 SYMPY_SOLVE = "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve((x - {a}) * (x - {b}), x))"
 
 
-def build_heap(fill: bool, immortal: bool) -> None:
+def build_heap(fill: bool, immortal: bool, contiguous: bool) -> None:
     from sandbox_service.jail import zygote
 
-    zygote.preload()
-    gc.collect()
-    if immortal:
-        zygote.immortalize_heap()
-    gc.collect()
-    gc.freeze()
+    with zygote.contiguous_arenas() if contiguous else contextlib.nullcontext(False):
+        zygote.preload()
+        gc.collect()
+        if immortal:
+            zygote.immortalize_heap()
+        gc.collect()
+        gc.freeze()
+        if fill:
+            zygote.fill_allocator()
     zygote.huge_pages()
-    if fill:
-        zygote.fill_allocator()
 
 
 def object_map() -> list[tuple[int, int, str]]:
@@ -68,7 +71,7 @@ def mappings() -> list[tuple[int, int, str]]:
 def inner(args: argparse.Namespace, out: Path) -> None:
     from sandbox_service.jail import zygote
 
-    build_heap(fill=not args.no_fill, immortal=not args.no_immortal)
+    build_heap(not args.no_fill, not args.no_immortal, not args.no_contiguous)
     children = []
     for i in range(args.children):
         pid = zygote.fork_lean()  # as the zygote forks its standbys
@@ -102,6 +105,7 @@ def main() -> None:
     parser.add_argument("--code", default=SYMPY_SOLVE, help="{a} and {b} vary per child")
     parser.add_argument("--no-fill", action="store_true")
     parser.add_argument("--no-immortal", action="store_true")
+    parser.add_argument("--no-contiguous", action="store_true", help="arenas mapped one by one")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
