@@ -634,6 +634,26 @@ def test_stdin_is_fed(run: RunFn) -> None:
     assert result.stdout == "10\n"
 
 
+def test_the_standard_streams_are_what_a_fresh_interpreter_over_pipes_has(run: RunFn) -> None:
+    # The streams are made by the zygote once, over a pipe (zygote.make_children_std_streams):
+    # made over its own descriptors (a log file), stdout claimed to seek and tell() failed
+    # with an OSError instead of io.UnsupportedOperation.
+    probe = textwrap.dedent("""\
+        import io, sys
+        streams = (sys.stdin, sys.stdout, sys.stderr)
+        print([s.seekable() for s in streams], [s.isatty() for s in streams])
+        print(sys.stdout.line_buffering, sys.stderr.line_buffering, sys.stdout.encoding)
+        print(sys.__stdout__ is sys.stdout, sys.stdin.read())
+        try:
+            sys.stdout.tell()
+        except io.UnsupportedOperation:
+            print("no tell")
+        """)
+    result = run(probe, stdin="fed")
+    expected = "[False, False, False] [False, False, False]\nFalse True utf-8\nTrue fed\nno tell\n"
+    assert (result.status, result.stdout) == (Status.OK, expected), result
+
+
 def test_huge_unread_stdin_does_not_block(run: RunFn) -> None:
     result = run("print('ignored stdin')", stdin="x" * (8 * 1024 * 1024))
     assert result.status == Status.OK and result.stdout == "ignored stdin\n"
