@@ -620,6 +620,13 @@ def preload_matplotlib() -> None:
     figure.gca().legend()
     _png_of(figure)
     plt.close("all")
+    # The fonts that rendering opened read their files through descriptors, which a standby
+    # closes before the program starts (_close_all_but): a program's text would be read
+    # through a closed (or reused) descriptor, "failed to load glyph". Each run opens its own.
+    font_manager = sys.modules.get("matplotlib.font_manager")
+    get_font = getattr(font_manager, "_get_font", None)
+    if get_font is not None and hasattr(get_font, "cache_clear"):
+        get_font.cache_clear()
 
 
 def show_figures(*_args: Any, **_kwargs: Any) -> None:

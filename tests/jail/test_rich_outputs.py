@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandbox_service.execution import ExecutionSpec, Limits, Status
+from sandbox_service.jail import JailExecutor
 from sandbox_service.jail.policy import MATPLOTLIB_CACHE_IN_JAIL
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.jail.zygote import OUTPUTS_FILE
@@ -46,6 +47,24 @@ def test_an_open_figure_comes_back_as_a_png_of_its_size(run: RunFn) -> None:
     # The font list comes from the worker's read-only cache, in warm and cold mode alike: a
     # font scan would say "Matplotlib is building the font cache" (or a Fontconfig error).
     assert result.stderr == ""
+
+
+@pytest.fixture(scope="module")
+def full_preload() -> Iterator[JailExecutor]:
+    settings = Settings(cgroup_parent="rl-sandbox-test", preload="full")
+    ex = JailExecutor(settings, slot=14, mode="warm")
+    yield ex
+    ex.close()
+
+
+def test_with_matplotlib_preloaded_a_figure_with_text_renders(full_preload: JailExecutor) -> None:
+    # The zygote renders a figure to warm pyplot up; the fonts it opened then read their files
+    # through descriptors that each standby closes before the program: "failed to load glyph".
+    for _ in range(2):
+        result = full_preload.run(ExecutionSpec(code=PLOT, limits=Limits(timeout_s=30)))
+        assert result.status == Status.OK, result.stderr
+        assert png_size(result.display[0]["image/png"]) == (200, 150)
+        assert result.stderr == ""
 
 
 def test_the_font_list_is_read_only_and_no_run_writes_one(run: RunFn) -> None:
