@@ -1392,9 +1392,9 @@ class _Standby:
 
 
 def _fork_standby(sock: socket.socket, warm_up: bool = False) -> _Standby:
+    _reseed_random()  # for this child alone
     forward_r, forward_w = os.pipe()
     go_r, go_w = os.pipe()
-    _reseed_random()  # for this child alone
     try:
         pid = fork_lean()
     except OSError:
