@@ -1,10 +1,10 @@
 """What a forked child's page faults land on: the preloaded heap's objects, by type.
 
-Builds the zygote's heap outside the jail, as zygote.main does (preload, immortalize, freeze and
-the allocator's fill with the arenas taken from the heap, then huge pages), forks children as it
-does (fork_lean) that each run the program, records every minor fault of the whole run with
-`perf record -e minor-faults -c 1 -d` (perf re-runs this script under it), and maps each fault
-address of the children to the preloaded object that holds it, or to the mapping it falls in.
+Builds the zygote's heap outside the jail with zygote.prepare_heap, as zygote.main does, forks
+children as it does (fork_lean) that each run the program, records every minor fault of the
+whole run with `perf record -e minor-faults -c 1 -d` (perf re-runs this script under it), and
+maps each fault address of the children to the preloaded object that holds it, or to the
+mapping it falls in.
 Needs root and perf.
 
     .venv/bin/python scripts/fault_anatomy.py [--children 6] [--code 'import sympy ...']
@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import contextlib
-import gc
 import json
 import os
 import subprocess
@@ -27,21 +25,6 @@ from pathlib import Path
 from typing import Any
 
 SYMPY_SOLVE = "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve((x - {a}) * (x - {b}), x))"
-
-
-def build_heap(fill: bool, immortal: bool, contiguous: bool) -> None:
-    from sandbox_service.jail import zygote
-
-    with zygote.contiguous_arenas() if contiguous else contextlib.nullcontext(False):
-        zygote.preload()
-        gc.collect()
-        if immortal:
-            zygote.immortalize_heap()
-        gc.collect()
-        gc.freeze()
-        if fill:
-            zygote.fill_allocator()
-    zygote.huge_pages()
 
 
 def object_map() -> list[tuple[int, int, str]]:
@@ -71,7 +54,9 @@ def mappings() -> list[tuple[int, int, str]]:
 def inner(args: argparse.Namespace, out: Path) -> None:
     from sandbox_service.jail import zygote
 
-    build_heap(not args.no_fill, not args.no_immortal, not args.no_contiguous)
+    zygote.prepare_heap(
+        contiguous=not args.no_contiguous, immortal=not args.no_immortal, fill=not args.no_fill
+    )
     children = []
     for i in range(args.children):
         pid = zygote.fork_lean()  # as the zygote forks its standbys

@@ -764,10 +764,9 @@ def make_children_std_streams() -> None:
     """
     saved = [_dup_above_std(fd) for fd in (0, 1, 2)]
     pipe = os.pipe()
-    read_end, write_end = (_dup_above_std(end) for end in pipe)
+    read_end, write_end = (fcntl.fcntl(end, fcntl.F_DUPFD_CLOEXEC, 3) for end in pipe)
     for end in pipe:
         os.close(end)
-    assert read_end is not None and write_end is not None
     try:
         for fd, end in ((0, read_end), (1, write_end), (2, write_end)):
             os.dup2(end, fd)
@@ -1777,6 +1776,28 @@ def _end_interpreter(pid: int, cpu_before: float, why: str) -> protocol.RunReply
     return protocol.RunReply(exit_code=1, cpu_time_s=cpu, program_error=why)
 
 
+def prepare_heap(
+    full: bool = False, contiguous: bool = True, immortal: bool = True, fill: bool = True
+) -> int:
+    """Preload, and shape the heap for forking: arenas in one mapping (contiguous_arenas),
+    objects immortal, frozen, the allocator's gaps taken, huge pages; the number of objects
+    made immortal. The flags leave a step out, for scripts/fault_anatomy.py to measure it."""
+    import gc
+
+    changed = 0
+    with contiguous_arenas() if contiguous else contextlib.nullcontext(False):
+        preload(full)
+        gc.collect()
+        if immortal:
+            changed = immortalize_heap()
+        gc.collect()
+        gc.freeze()  # keep the preloaded heap's pages shared with the children (no gc writes)
+        if fill:
+            fill_allocator()
+    huge_pages()
+    return changed
+
+
 def main() -> None:
     """Entry point inside the jail: `zygote.py --control-fd N [--preload] [--once|--session]`."""
     import gc
@@ -1799,14 +1820,7 @@ def main() -> None:
     install_matplotlib_hooks(cache)
     make_children_std_streams()
     if "--preload" in sys.argv:
-        with contiguous_arenas():
-            preload(full="--preload-full" in sys.argv)
-            gc.collect()
-            immortal = immortalize_heap()
-            gc.collect()
-            gc.freeze()  # keep the preloaded heap's pages shared with the children (no gc writes)
-            fill_allocator()
-        huge_pages()
+        immortal = prepare_heap(full="--preload-full" in sys.argv)
     else:
         gc.collect()
         gc.freeze()
