@@ -8,7 +8,7 @@ mapping it falls in.
 Needs root and perf.
 
     .venv/bin/python scripts/fault_anatomy.py [--children 6] [--code 'import sympy ...']
-        [--no-fill] [--no-immortal] [--no-contiguous]
+        [--no-fill] [--no-immortal] [--no-contiguous] [--no-huge-code]
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ def inner(args: argparse.Namespace, out: Path) -> None:
     from sandbox_service.jail import zygote
 
     zygote.prepare_heap(
-        contiguous=not args.no_contiguous, immortal=not args.no_immortal, fill=not args.no_fill
+        contiguous=not args.no_contiguous,
+        immortal=not args.no_immortal,
+        fill=not args.no_fill,
+        huge_code=not args.no_huge_code,
     )
     children = []
     for i in range(args.children):
@@ -89,6 +92,9 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=6)
     parser.add_argument("--code", default=SYMPY_SOLVE, help="{a} and {b} vary per child")
     parser.add_argument("--no-fill", action="store_true")
+    parser.add_argument(
+        "--no-huge-code", action="store_true", help="libpython's code stays the file's"
+    )
     parser.add_argument("--no-immortal", action="store_true")
     parser.add_argument("--no-contiguous", action="store_true", help="arenas mapped one by one")
     parser.add_argument("--inner", help=argparse.SUPPRESS)

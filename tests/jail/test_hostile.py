@@ -440,6 +440,52 @@ def test_the_preloaded_heap_lies_in_the_heap_mapping(warm_executor: JailExecutor
     assert heap_kib > 0.6 * anonymous_kib, f"{heap_kib} of {anonymous_kib} KiB in the heap"
 
 
+@pytest.mark.skipif(not _thp_offered(), reason="the kernel offers no transparent huge pages")
+def test_the_interpreters_code_lies_on_huge_pages_of_the_zygote(
+    warm_executor: JailExecutor,
+) -> None:
+    # A file's code is faulted in again by every forked child; an anonymous copy on huge pages
+    # is inherited whole (zygote.interpreter_code_on_huge_pages).
+    pid = warm_executor.zygote_pid()
+    with open(f"/proc/{pid}/smaps") as f:
+        mappings = f.read().split("\n")
+    code_kib, anonymous_code = 0, False
+    for line in mappings:
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):
+            anonymous_code = len(fields) == 5 and fields[1] == "r-xp"
+        elif fields and fields[0] == "AnonHugePages:" and anonymous_code:
+            code_kib += int(fields[1])
+    assert code_kib >= 2048
+
+
+REWRITE_CODE = """\
+import ctypes
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+address = ctypes.cast(ctypes.pythonapi.PyOS_AfterFork, ctypes.c_void_p).value  # never called
+print(ctypes.string_at(address, 16).hex())
+if {rewrite}:
+    page = address & ~0xFFF
+    assert libc.mprotect(page, 8192, 7) == 0
+    ctypes.memset(address, 0xCC, 16)
+    print(ctypes.string_at(address, 16).hex())
+"""
+
+
+def test_a_program_that_rewrites_the_interpreters_code_rewrites_only_its_own_copy(
+    warm_executor: JailExecutor,
+) -> None:
+    # The interpreter's code is memory the zygote shares with every child it forks: a program
+    # that makes it writable and overwrites it must change its own copy, never the next run's.
+    first = warm_executor.run(ExecutionSpec(code=REWRITE_CODE.format(rewrite=True)))
+    second = warm_executor.run(ExecutionSpec(code=REWRITE_CODE.format(rewrite=False)))
+    assert (first.status, second.status) == (Status.OK, Status.OK), (first, second)
+    original, rewritten = first.stdout.split()
+    assert rewritten == "cc" * 16 != original
+    assert second.stdout.split() == [original]
+
+
 def sympy_version() -> str:
     import importlib.metadata
 

@@ -171,3 +171,60 @@ def test_the_address_bitmap_tells_apart_objects_16_bytes_apart() -> None:
     assert not any(seen.test_and_set(a) for a in addresses)
     assert all(seen.test_and_set(a) for a in addresses)
     assert not seen.test_and_set(0x7F00_0000_0000 + 16 * 1000)
+
+
+def _thp_offered() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _thp_offered(), reason="the kernel offers no transparent huge pages")
+def test_the_interpreters_code_moves_onto_huge_pages_byte_for_byte() -> None:
+    # Children fault a file's code in again after every fork; an anonymous copy on huge pages
+    # is inherited whole. The copy must hold exactly the file's bytes, at the same addresses,
+    # and the interpreter must go on running from it.
+    out = run_python(
+        textwrap.dedent("""
+        import ctypes
+        from sandbox_service.jail import zygote
+        def file_mappings():
+            rows = []
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 5 and fields[5].startswith("/"):
+                        low, high = (int(x, 16) for x in fields[0].split("-"))
+                        rows.append((low, high, int(fields[2], 16), fields[5]))
+            return rows
+        ranges = zygote._interpreter_code_ranges()
+        before = file_mappings()
+        made = zygote.interpreter_code_on_huge_pages()
+        # Each copied byte against the file, through the mapping that held it before.
+        same, compared = True, 0
+        for start, end in ranges:
+            for low, high, offset, path in before:
+                a, b = max(low, start), min(high, end)
+                if a < b:
+                    with open(path, "rb") as f:
+                        f.seek(offset + a - low)
+                        same &= f.read(b - a) == ctypes.string_at(a, b - a)
+                    compared += b - a
+        huge, where = 0, None
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                fields = line.split()
+                if "-" in fields[0] and not fields[0].endswith(":"):
+                    where = (int(fields[0].split("-")[0], 16), len(fields) == 5, fields[1])
+                elif fields[0] == "AnonHugePages:" and any(where[0] == s for s, _ in ranges):
+                    huge += int(fields[1]) * (where[1] and where[2] == "r-xp")
+        import sympy  # the interpreter goes on, from the copy
+        size = sum(e - s for s, e in ranges)
+        print(made, size // 2**21, huge // 2048, same and compared == size, sympy.sqrt(16))
+        """)
+    )
+    made, expected, huge, same, four = out.split()
+    assert int(made) == int(expected) == int(huge) >= 1
+    assert (same, four) == ("True", "4")
