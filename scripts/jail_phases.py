@@ -72,8 +72,11 @@ def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
         '''import mmap as _mmap, struct as _struct
     _SHM = _mmap.mmap(-1, 4096)
     _Z = {}
+    def _now():
+        return time.thread_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     def _zt(name, t0):
-        _Z[name] = _Z.get(name, 0.0) + time.thread_time() - t0
+        _Z[name] = _Z.get(name, 0.0) + time.thread_time() - t0[0]
+        _Z["z:" + name] = _Z.get("z:" + name, 0) + resource.getrusage(resource.RUSAGE_SELF).ru_minflt - t0[1]
     def _cmark(i):
         _struct.pack_into("d", _SHM, 8 * i, time.process_time())
         _struct.pack_into("d", _SHM, 64 + 8 * i, resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
@@ -173,6 +176,7 @@ def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
             if _Z.get("runs", 0) % 50 == 0:
                 print("PHASES", json.dumps(_Z), file=sys.stderr, flush=True)""",
     )
+    s = s.replace("_t = time.thread_time()", "_t = _now()")
     (dst / "zygote.py").write_text(s)
     return dst / "zygote.py"
 
@@ -244,10 +248,13 @@ def main() -> None:
         runs = phases.pop("runs")
         floor = phases.pop("floor", None)
         faults = {k[2:]: v for k, v in phases.items() if k.startswith("f:")}
-        print(f"phases, ms per run over {runs} runs (child: minor faults per run):")
+        faults |= {k[2:]: v for k, v in phases.items() if k.startswith("z:")}
+        print(
+            f"phases, ms per run over {runs} runs (minor faults per run, the zygote's or the child's):"
+        )
         for name, value in phases.items():
-            if not name.startswith("f:"):
-                fault = faults.get(name[2:])
+            if not name.startswith(("f:", "z:")):
+                fault = faults.get(name[2:] if name.startswith("c:") else name)
                 extra = "" if fault is None else f"  {fault / runs:7.0f} faults"
                 print(f"  {name:18} {1000 * value / runs:7.3f}{extra}")
         for how, (zygote, child, child_faults) in (floor or {}).items():
