@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import httpx
@@ -47,13 +47,17 @@ def job_keys(client: redis.Redis) -> set[bytes]:
     return set(client.scan_iter(match="rq:job:*", count=1000))
 
 
-async def started_job_worker(client: redis.Redis, queue: str, before: set[bytes]) -> str:
-    """The worker name of the job of this queue created after `before`, once it has started."""
+async def started_job_worker(
+    client: redis.Redis, queue: str, before: set[bytes], dead: Collection[str] = ()
+) -> str:
+    """The worker name of a job of this queue created after `before`, once it has started (on
+    a worker not in `dead`, whose jobs still read started)."""
     for _ in range(400):
         for key in job_keys(client) - before:
             origin, status, worker = client.hmget(key, "origin", "status", "worker_name")
-            if origin == queue.encode() and status == b"started" and worker:
-                return str(worker.decode())
+            name = worker.decode() if isinstance(worker, bytes) else worker
+            if origin == queue.encode() and status == b"started" and name and name not in dead:
+                return str(name)
         await asyncio.sleep(0.025)
     raise AssertionError("no job started")
 
@@ -104,6 +108,50 @@ async def test_without_retries_a_lost_job_is_answered_sandbox_error(
         batch = [{"code": f"print({i})"} for i in range(4)]
         results = (await http.post("/execute/batch", json={"requests": batch})).json()["results"]
     assert [r["stdout"] for r in results] == [f"{i}\n" for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def patient_api(crash_stack: Stack, logs_dir: Path) -> Iterator[Stack]:
+    """A third API on the same workers that runs a lost job again up to three times."""
+    env = {**crash_stack.env, "RL_SANDBOX_LOST_JOB_RETRIES": "3"}
+    api = Stack(env, logs_dir / "crash-patient.log", workers=False).start()
+    yield api
+    api.stop()
+
+
+async def test_every_call_in_flight_is_answered_while_workers_are_killed(
+    crash_stack: Stack, patient_api: Stack, redis_client: redis.Redis
+) -> None:
+    # Restarts under load: a queue of calls, and a worker SIGKILLed in the middle of a job
+    # three times over while the supervisor restarts them. Nothing may be lost or answered
+    # with another call's output.
+    await wait_workers(redis_client, crash_stack.queue, 2)
+    calls = 120
+    program = "import time\ntime.sleep(0.05)\nprint({i} * 7)"
+    before = job_keys(redis_client)
+    limits = httpx.Limits(max_connections=calls, max_keepalive_connections=calls)
+    async with httpx.AsyncClient(base_url=patient_api.url, timeout=180, limits=limits) as http:
+        requests = [
+            asyncio.create_task(http.post("/execute", json={"code": program.format(i=i)}))
+            for i in range(calls)
+        ]
+        killed: set[str] = set()
+        for _ in range(3):
+            await asyncio.sleep(0.5)
+            worker = await started_job_worker(redis_client, crash_stack.queue, before, killed)
+            os.kill(int(worker.rsplit(":", 1)[1]), signal.SIGKILL)
+            killed.add(worker)
+            await wait_workers(redis_client, crash_stack.queue, 2)
+        responses = await asyncio.gather(*requests)
+        metrics = (await http.get("/metrics")).text
+    answers = [(r.status_code, r.json().get("status"), r.json().get("stdout")) for r in responses]
+    assert answers == [(200, "ok", f"{i * 7}\n") for i in range(calls)]
+    retried = next(
+        float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("rl_sandbox_lost_job_retries_total ")
+    )
+    assert retried >= 1  # the kills did land on running jobs
 
 
 async def test_sigterm_lets_the_api_finish_in_flight_requests(
