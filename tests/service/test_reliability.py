@@ -235,6 +235,37 @@ async def test_redis_down_answers_503_and_everything_recovers(
         stack.stop()
 
 
+async def test_calls_in_flight_survive_a_redis_restart(
+    own_redis: RedisServer, logs_dir: Path
+) -> None:
+    # Restarts under load: Redis dies with a queue of calls in flight and comes back empty; the
+    # API submits again what it had not been answered, and each call gets its own output.
+    env = stack_env(own_redis.url, "redis-load", 63100, workers=2, **FAST_DETECTION)
+    stack = Stack(env, logs_dir / "redis-load.log").start()
+    calls = 60
+    program = "import time\ntime.sleep(0.2)\nprint({i} * 3)"
+    limits = httpx.Limits(max_connections=calls, max_keepalive_connections=calls)
+    try:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=180, limits=limits) as http:
+            requests = [
+                asyncio.create_task(http.post("/execute", json={"code": program.format(i=i)}))
+                for i in range(calls)
+            ]
+            await asyncio.sleep(1.5)
+            port = own_redis.port
+            stop(own_redis.process)
+            await asyncio.sleep(1.0)
+            restarted = start_redis_server(port=port)
+            own_redis.process, own_redis.workdir = restarted.process, restarted.workdir
+            responses = await asyncio.gather(*requests)
+        answers = [
+            (r.status_code, r.json().get("status"), r.json().get("stdout")) for r in responses
+        ]
+        assert answers == [(200, "ok", f"{i * 3}\n") for i in range(calls)]
+    finally:
+        stack.stop()
+
+
 def test_a_malformed_job_is_answered_not_dropped(stack: Stack, redis_client: redis.Redis) -> None:
     # Past the API's validation (a bug, another client of the queue): an RQ job whose payload
     # does not decode. It goes in through RQ itself, as JobQueue only enqueues typed payloads.
