@@ -486,6 +486,27 @@ def test_a_program_that_rewrites_the_interpreters_code_rewrites_only_its_own_cop
     assert second.stdout.split() == [original]
 
 
+def test_a_program_that_unmaps_the_interpreters_code_ends_alone(
+    warm_executor: JailExecutor,
+) -> None:
+    # Pulling the code out from under the interpreter kills the program's process at its next
+    # instruction; the zygote's mapping, which every later run is forked from, stays whole.
+    before = warm_executor.zygote_pid()
+    unmap = textwrap.dedent("""\
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        address = ctypes.cast(ctypes.pythonapi.PyObject_Repr, ctypes.c_void_p).value
+        libc.munmap(address & ~0x1FFFFF, 2 << 20)
+        print("still here")
+        """)
+    crashed = warm_executor.run(ExecutionSpec(code=unmap))
+    after = warm_executor.run(ExecutionSpec(code="print(repr('fine'))"))
+    assert (crashed.status, crashed.signal, crashed.stdout) == (Status.KILLED, 11, ""), crashed
+    assert (after.status, after.stdout) == (Status.OK, "'fine'\n")
+    assert warm_executor.zygote_pid() == before
+
+
 def sympy_version() -> str:
     import importlib.metadata
 
