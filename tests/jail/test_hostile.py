@@ -13,6 +13,7 @@ import pytest
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
 from sandbox_service.jail import JailExecutor
 from sandbox_service.settings import Settings
+from tests.huge_pages import needs_thp
 from tests.jail.conftest import RunFn
 
 
@@ -390,15 +391,7 @@ def test_the_preloaded_heap_is_immortal_and_the_programs_objects_are_not(
     assert (result.status, result.stdout) == (Status.OK, "True 2\n")
 
 
-def _thp_offered() -> bool:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return "[never]" not in f.read()
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _thp_offered(), reason="the kernel offers no transparent huge pages")
+@needs_thp
 def test_the_preloaded_heap_is_on_huge_pages_and_a_programs_writes_stay_its_own(
     warm_executor: JailExecutor,
 ) -> None:
@@ -440,7 +433,7 @@ def test_the_preloaded_heap_lies_in_the_heap_mapping(warm_executor: JailExecutor
     assert heap_kib > 0.6 * anonymous_kib, f"{heap_kib} of {anonymous_kib} KiB in the heap"
 
 
-@pytest.mark.skipif(not _thp_offered(), reason="the kernel offers no transparent huge pages")
+@needs_thp
 def test_the_interpreters_code_lies_on_huge_pages_of_the_zygote(
     warm_executor: JailExecutor,
 ) -> None:

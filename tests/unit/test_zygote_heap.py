@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from tests.huge_pages import needs_thp
 from tests.unit.fresh_interpreter import run_python
 
 pytestmark = pytest.mark.skipif(
@@ -173,15 +174,7 @@ def test_the_address_bitmap_tells_apart_objects_16_bytes_apart() -> None:
     assert not seen.test_and_set(0x7F00_0000_0000 + 16 * 1000)
 
 
-def _thp_offered() -> bool:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return "[never]" not in f.read()
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _thp_offered(), reason="the kernel offers no transparent huge pages")
+@needs_thp
 def test_the_interpreters_code_moves_onto_huge_pages_byte_for_byte() -> None:
     # Children fault a file's code in again after every fork; an anonymous copy on huge pages
     # is inherited whole. The copy must hold exactly the file's bytes, at the same addresses,
