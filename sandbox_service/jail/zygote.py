@@ -411,9 +411,13 @@ def _interpreter_code_ranges() -> list[tuple[int, int]]:
     """The 2 MiB-aligned ranges inside the read-only mappings of the file that holds the
     interpreter's code (libpython, or the executable where it is linked in)."""
     code = ctypes.cast(ctypes.pythonapi.PyObject_Repr, ctypes.c_void_p).value or 0
+    spans: list[tuple[int, int, list[str]]] = []
     with open("/proc/self/maps") as maps:
-        regions = [line.split() for line in maps]
-    spans = [(*(int(x, 16) for x in f[0].split("-")), f) for f in regions if len(f) > 5]
+        for line in maps:
+            fields = line.split()
+            if len(fields) > 5:  # a file's mapping
+                low, high = (int(x, 16) for x in fields[0].split("-"))
+                spans.append((low, high, fields))
     holder = next((f[3:5] for low, high, f in spans if low <= code < high), None)
     runs: list[list[int]] = []
     for low, high, fields in spans:
