@@ -338,6 +338,11 @@ _MADV_COLLAPSE = 25
 _HUGE_PAGE = 2 << 20
 
 
+def _huge_pages_inside(low: int, high: int) -> tuple[int, int]:
+    """The 2 MiB-aligned range inside [low, high) (empty when none fits)."""
+    return -(-low // _HUGE_PAGE) * _HUGE_PAGE, high // _HUGE_PAGE * _HUGE_PAGE
+
+
 def huge_pages() -> int:
     """Back the preloaded heap with transparent huge pages; the number of 2 MiB pages made.
 
@@ -361,7 +366,7 @@ def huge_pages() -> int:
         if not fields[1].startswith("rw") or (len(fields) > 5 and fields[5] != "[heap]"):
             continue
         low, high = (int(x, 16) for x in fields[0].split("-"))
-        start, end = -(-low // _HUGE_PAGE) * _HUGE_PAGE, high // _HUGE_PAGE * _HUGE_PAGE
+        start, end = _huge_pages_inside(low, high)
         if end - start < _HUGE_PAGE:
             continue
         madvise(start, end - start, _MADV_HUGEPAGE)
@@ -427,9 +432,7 @@ def _interpreter_code_ranges() -> list[tuple[int, int]]:
             runs[-1][1] = high
         else:
             runs.append([low, high])
-    aligned = [
-        (-(-low // _HUGE_PAGE) * _HUGE_PAGE, high // _HUGE_PAGE * _HUGE_PAGE) for low, high in runs
-    ]
+    aligned = [_huge_pages_inside(low, high) for low, high in runs]
     return [(start, end) for start, end in aligned if end > start]
 
 
@@ -442,7 +445,7 @@ def _copy_onto_huge_pages(libc: ctypes.CDLL, start: int, end: int) -> int:
     raw = libc.mmap(None, reserved, rw, _MAP_PRIVATE_ANONYMOUS, -1, 0)
     if raw in (None, ctypes.c_void_p(-1).value):
         return 0
-    copy = -(-raw // _HUGE_PAGE) * _HUGE_PAGE
+    copy = _huge_pages_inside(raw, raw + reserved)[0]
     for low, high in ((raw, copy), (copy + size, raw + reserved)):
         if high > low:
             libc.munmap(low, high - low)

@@ -415,21 +415,27 @@ def test_the_preloaded_heap_is_on_huge_pages_and_a_programs_writes_stay_its_own(
     assert after.stdout.strip() == sympy_version() and "X" not in after.stdout
 
 
+def smaps(pid: int) -> list[tuple[list[str], dict[str, int]]]:
+    """Each mapping of the process: its /proc/PID/maps fields and its counters in kB."""
+    mappings: list[tuple[list[str], dict[str, int]]] = []
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0].endswith(":"):
+                if fields[1].isdigit():
+                    mappings[-1][1][fields[0][:-1]] = int(fields[1])
+            elif fields:
+                mappings.append((fields, {}))
+    return mappings
+
+
 def test_the_preloaded_heap_lies_in_the_heap_mapping(warm_executor: JailExecutor) -> None:
     # Arenas mapped one by one land between the libraries' mappings, where no huge page can
     # back them, and every fork copies a page-table entry per page of them
     # (zygote.contiguous_arenas): most of the zygote's memory must be in its heap's mapping.
-    pid = warm_executor.zygote_pid()
-    with open(f"/proc/{pid}/smaps") as f:
-        mappings = f.read().split("\n")
-    anonymous_kib, heap_kib, in_heap = 0, 0, False
-    for line in mappings:
-        if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:
-            in_heap = line.endswith("[heap]")
-        elif line.startswith("Anonymous:"):
-            kib = int(line.split()[1])
-            anonymous_kib += kib
-            heap_kib += kib if in_heap else 0
+    mappings = smaps(warm_executor.zygote_pid() or 0)
+    anonymous_kib = sum(kib["Anonymous"] for _, kib in mappings)
+    heap_kib = sum(kib["Anonymous"] for fields, kib in mappings if fields[-1] == "[heap]")
     assert heap_kib > 0.6 * anonymous_kib, f"{heap_kib} of {anonymous_kib} KiB in the heap"
 
 
@@ -439,16 +445,12 @@ def test_the_interpreters_code_lies_on_huge_pages_of_the_zygote(
 ) -> None:
     # A file's code is faulted in again by every forked child; an anonymous copy on huge pages
     # is inherited whole (zygote.interpreter_code_on_huge_pages).
-    pid = warm_executor.zygote_pid()
-    with open(f"/proc/{pid}/smaps") as f:
-        mappings = f.read().split("\n")
-    code_kib, anonymous_code = 0, False
-    for line in mappings:
-        fields = line.split()
-        if fields and "-" in fields[0] and not fields[0].endswith(":"):
-            anonymous_code = len(fields) == 5 and fields[1] == "r-xp"
-        elif fields and fields[0] == "AnonHugePages:" and anonymous_code:
-            code_kib += int(fields[1])
+    mappings = smaps(warm_executor.zygote_pid() or 0)
+    code_kib = sum(
+        kib["AnonHugePages"]
+        for fields, kib in mappings
+        if len(fields) == 5 and fields[1] == "r-xp"  # anonymous, executable
+    )
     assert code_kib >= 2048
 
 
