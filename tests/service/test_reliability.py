@@ -34,13 +34,18 @@ def crash_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
     stack.stop()
 
 
-@pytest.fixture(scope="module")
-def no_retry_api(crash_stack: Stack, logs_dir: Path) -> Iterator[Stack]:
-    """A second API on the same workers that never re-runs a lost job."""
-    env = {**crash_stack.env, "RL_SANDBOX_LOST_JOB_RETRIES": "0"}
-    api = Stack(env, logs_dir / "crash-noretry.log", workers=False).start()
+def api_with_retries(workers: Stack, retries: int, log_path: Path) -> Iterator[Stack]:
+    """Another API on the same workers, running a lost job again `retries` times."""
+    env = {**workers.env, "RL_SANDBOX_LOST_JOB_RETRIES": str(retries)}
+    api = Stack(env, log_path, workers=False).start()
     yield api
     api.stop()
+
+
+@pytest.fixture(scope="module")
+def no_retry_api(crash_stack: Stack, logs_dir: Path) -> Iterator[Stack]:
+    """An API that never re-runs a lost job."""
+    yield from api_with_retries(crash_stack, 0, logs_dir / "crash-noretry.log")
 
 
 def job_keys(client: redis.Redis) -> set[bytes]:
@@ -112,11 +117,8 @@ async def test_without_retries_a_lost_job_is_answered_sandbox_error(
 
 @pytest.fixture(scope="module")
 def patient_api(crash_stack: Stack, logs_dir: Path) -> Iterator[Stack]:
-    """A third API on the same workers that runs a lost job again up to three times."""
-    env = {**crash_stack.env, "RL_SANDBOX_LOST_JOB_RETRIES": "3"}
-    api = Stack(env, logs_dir / "crash-patient.log", workers=False).start()
-    yield api
-    api.stop()
+    """An API that runs a lost job again up to three times."""
+    yield from api_with_retries(crash_stack, 3, logs_dir / "crash-patient.log")
 
 
 async def test_every_call_in_flight_is_answered_while_workers_are_killed(
