@@ -136,8 +136,18 @@ _LIBC: list[ctypes.CDLL] = []
 
 
 def _libc() -> ctypes.CDLL:
+    """libc, with the prototypes of the memory calls the zygote makes (pointers are 64-bit)."""
     if not _LIBC:
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        libc = ctypes.CDLL(None, use_errno=True)
+        size_t, void_p, c_int = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
+        libc.mmap.restype = libc.mremap.restype = libc.malloc.restype = void_p
+        libc.mmap.argtypes = [void_p, size_t, c_int, c_int, c_int, ctypes.c_long]
+        libc.mremap.argtypes = [void_p, size_t, size_t, c_int, void_p]
+        libc.mprotect.argtypes = libc.madvise.argtypes = [void_p, size_t, c_int]
+        libc.munmap.argtypes = [void_p, size_t]
+        libc.malloc.argtypes = [size_t]
+        libc.free.restype, libc.free.argtypes = None, [void_p]
+        _LIBC.append(libc)
     return _LIBC[0]
 
 
@@ -357,7 +367,6 @@ def huge_pages() -> int:
     if not sys.platform.startswith("linux"):
         return 0
     madvise = _libc().madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     made = 0
     with open("/proc/self/maps") as maps:
         regions = [line.split() for line in maps]
@@ -399,17 +408,9 @@ def interpreter_code_on_huge_pages() -> int:
     """
     if not sys.platform.startswith("linux") or sys.implementation.name != "cpython":
         return 0
-    libc = _libc()
-    size_t, void_p, c_int = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
-    libc.mmap.restype, libc.mremap.restype = void_p, void_p
-    libc.mmap.argtypes = [void_p, size_t, c_int, c_int, c_int, ctypes.c_long]
-    libc.mremap.argtypes = [void_p, size_t, size_t, c_int, void_p]
-    libc.mprotect.argtypes = libc.madvise.argtypes = [void_p, size_t, c_int]
-    libc.munmap.argtypes = [void_p, size_t]
-    made = 0
-    for start, end in _interpreter_code_ranges():
-        made += _copy_onto_huge_pages(libc, start, end)
-    return made
+    return sum(
+        _copy_onto_huge_pages(_libc(), start, end) for start, end in _interpreter_code_ranges()
+    )
 
 
 def _interpreter_code_ranges() -> list[tuple[int, int]]:
@@ -506,8 +507,6 @@ def contiguous_arenas() -> Iterator[bool]:
         yield False
         return
     libc, api = _libc(), ctypes.pythonapi
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
     libc.free(libc.malloc(_MALLOC_MAPS_ABOVE))
     ours = _ArenaAllocator(
         _POOL_BYTES,
