@@ -20,7 +20,7 @@ DEV := $(call extra,dev)
 RL := $(call extra,rl)
 DEPLOY := $(call extra,deploy)
 
-.PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench loadtest deploy-check clean demo-rl image-build image-test image-test-if-possible
+.PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench bench-executor bench-ceiling loadtest deploy-check clean demo-rl image-build image-test image-test-if-possible
 
 help:
 	@echo "make run    - set up (the service alone) and run it locally (API on http://127.0.0.1:8000)"
@@ -144,6 +144,12 @@ bench: setup
 BENCH_EXECUTOR_ARGS ?=
 bench-executor: setup
 	$(PY) scripts/bench_executor.py $(BENCH_EXECUTOR_ARGS)
+
+# The ceiling of the design: the service's path with no program, and with only a fork of the
+# zygote's heap per call, against the fair baseline in alternating rounds.
+BENCH_CEILING_ARGS ?=
+bench-ceiling: setup
+	$(PY) scripts/design_ceiling.py $(BENCH_CEILING_ARGS)
 
 # The images built and the compose stack run for real, with podman (Debian's, rootful, runc and
 # cgroupfs: scripts/image/containers.conf): a local Debian base image (no registry; cached in
