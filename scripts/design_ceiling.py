@@ -172,7 +172,7 @@ async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[st
             row = point.row()
             if row["failed"]:
                 raise SystemExit(f"{mode}: {row['failed']} failed: {row['first_failure']}")
-            results[mode].append((row["calls_per_s"], cpu))
+            results[mode].append((row["calls_per_s"], {**cpu, "p50_ms": row["p50_ms"]}))
         base = Point("baseline", "print", cores, baseline=fair.name)
         await baseline_point(base, fair, workload, args.round_s)
         results["base"].append((base.row()["calls_per_s"], base.cpu_ms_per_call))
@@ -183,7 +183,8 @@ async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[st
             rate, cpu = results[mode][-1]
             parts = "/".join(f"{cpu.get(k, 0.0):.2f}" for k in ("api", "workers", "jail", "redis"))
             line.append(
-                f"{mode} {rate:.1f}/s {rate / base_rate:.2f}x ({cpu['total']:.2f} ms: {parts})"
+                f"{mode} {rate:.1f}/s {rate / base_rate:.2f}x ({cpu['total']:.2f} ms: {parts}; "
+                f"p50 {cpu['p50_ms']:.2f} ms)"
             )
         print("; ".join(line), flush=True)
     print("\nmedians over the rounds (CPU ms per call: api/workers/jail/redis, without the bench):")
