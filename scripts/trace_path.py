@@ -98,7 +98,7 @@ def patch_api() -> None:
         for group in groups:
             for job in group:
                 stamp("admit_start", job.execution_id)
-                stamp(f"rid={job.payload.get('rid', '')}", job.execution_id)
+                stamp(f"rid={job.payload.request_id}", job.execution_id)
 
     def admit_after(result: Any, self: Any, groups: Any, *rest: Any) -> None:
         for group in groups:
@@ -132,14 +132,14 @@ def patch_worker() -> None:
     wrap(
         worker.JobRunner,
         "run",
-        lambda self, execution_id, payload: stamp("run_start", execution_id),
-        lambda result, self, execution_id, payload: stamp("run_end", execution_id),
+        lambda self, execution_id, *_: stamp("run_start", execution_id),
+        lambda result, self, execution_id, *_: stamp("run_end", execution_id),
     )
     wrap(
         executor.JailExecutor,
         "run",
-        lambda self, spec: stamp("jail_start", spec.execution_id),
-        lambda result, self, spec: stamp("jail_end", spec.execution_id),
+        lambda self, spec, *_: stamp("jail_start", spec.execution_id),
+        lambda result, self, spec, *_: stamp("jail_end", spec.execution_id),
     )
     wrap(
         jobqueue.LeanWorker,
