@@ -42,7 +42,8 @@ QUEUE = "design-ceiling"
 
 
 def worker(url: str, name: str, mode: str) -> None:
-    """A LeanWorker whose handler answers `print(i)` with `i` (after a fork, in mode fork)."""
+    """A LeanWorker whose handler answers `print(i)` with `i`, in the fork modes once the forker
+    (its child, `zygote-floor` in its command line: the bench counts it as the jail) has forked."""
     from sandbox_service.broker.jobqueue import LeanWorker, connect_worker
     from sandbox_service.execution import Status
     from sandbox_service.jobs import failure_result
