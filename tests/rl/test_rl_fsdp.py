@@ -129,9 +129,11 @@ def test_the_trainers_sft_and_grpo_update_on_two_gloo_ranks_equal_one_process(
         # AdamW divides by the root of the second moment: an element whose gradient is near
         # zero turns float noise of the reduction order into a visible step, so a few elements
         # may differ by more than 1e-5; never by more than a hundredth of how far the tensor
-        # moved, and almost all agree to 1e-5.
+        # moved, and almost all agree to 1e-5: at most one element in a thousand, or one in a
+        # small tensor (a bias of 32 elements had one).
         close = torch.isclose(param, other, atol=1e-5, rtol=1e-4)
-        assert close.float().mean() >= 0.999, (name, int((~close).sum()))
+        differing = int((~close).sum())
+        assert differing <= max(1, close.numel() // 1000), (name, differing, close.numel())
         distance = float((param - start).abs().max())
         assert float((param - other).abs().max()) <= 0.01 * distance, (name, distance)
         moved += not torch.equal(param, start)
