@@ -4,8 +4,9 @@ Forks children that exit at once (libc's fork and _exit, as the zygote's standby
 process that holds, in turn, more private anonymous memory: on huge pages (one PMD entry per
 2 MiB), on huge pages whose mapping was split since (512 page-table entries over one large
 folio, as the zygote's heap is after its first runs), and on 4 KiB pages (one entry and one
-folio per page, as arenas the kernel could not collapse). Prints the parent's and the child's
-CPU per fork after each step.
+folio per page, as arenas the kernel could not collapse), after first adding mappings, by
+importing the standard library's extension modules (about five per shared library, as most of the
+zygote's 300 are). Prints the parent's and the child's CPU per fork after each step.
 
     .venv/bin/python scripts/fork_cost.py [--mib 32] [--forks 300]
 
@@ -15,10 +16,13 @@ Needs no root and no jail: one process of this interpreter.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import importlib
 import mmap
 import os
 import resource
+import sys
 import time
 
 HUGE = 2 << 20
@@ -27,6 +31,15 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 FORK = ctypes.PyDLL(None).fork
 KEEP: list[mmap.mmap] = []
+EXTENSION_MODULES = (
+    *("_json", "_socket", "select", "array", "_struct", "cmath", "_decimal", "_datetime"),
+    *("_random", "_bisect", "_heapq", "_pickle", "_hashlib", "_ssl", "zlib", "_bz2", "_lzma"),
+    *("binascii", "_csv", "_posixsubprocess", "fcntl", "mmap", "termios", "unicodedata"),
+    *("_multibytecodec", "_elementtree", "pyexpat", "_sqlite3", "_uuid", "_queue", "_asyncio"),
+    *("_zoneinfo", "_statistics", "_lsprof", "_ctypes", "_blake2", "_sha2", "_md5", "_sha1"),
+    *("_sha3", "_posixshmem", "_multiprocessing", "_contextvars", "grp", "resource", "_dbm"),
+)
+"""Extension modules of the standard library (shared libraries in most builds) to map more."""
 
 
 def touched(mib: int, advice: int) -> tuple[mmap.mmap, int]:
@@ -66,7 +79,13 @@ def main() -> None:
     parser.add_argument("--forks", type=int, default=300)
     args = parser.parse_args()
     mib = args.mib
-    print(f"per fork, this process as it started: {per_fork(args.forks)}")
+    print(f"per fork, this process as it started ({mappings()} mappings): {per_fork(args.forks)}")
+    before = mappings()
+    for name in EXTENSION_MODULES:
+        if name not in sys.modules:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+    print(f"+{mappings() - before} mappings ({mappings()} in all): {per_fork(args.forks)}")
     region, start = touched(mib, MADV_HUGEPAGE)
     base = ctypes.addressof(ctypes.c_char.from_buffer(region)) + start
     ranges = range(base, base + (mib << 20), HUGE)
@@ -87,6 +106,11 @@ def main() -> None:
           f" {per_fork(args.forks)}")  # fmt: skip
     touched(mib, MADV_NOHUGEPAGE)
     print(f"+{mib} MiB on 4 KiB pages: {per_fork(args.forks)}")
+
+
+def mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
 
 
 if __name__ == "__main__":
