@@ -33,17 +33,18 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 MODES = ("answer", "fork-bare", "fork", "service")
 QUEUE = "design-ceiling"
 
 
-def worker(url: str, name: str, mode: str) -> None:
-    """A LeanWorker whose handler answers `print(i)` with `i`, in the fork modes once the forker
-    (its child, `zygote-floor` in its command line: the bench counts it as the jail) has forked."""
+def worker(url: str, queue: str, name: str, mode: str) -> None:
+    """A LeanWorker on `queue` whose handler answers `print(i)` with `i` (mode `answer`; also
+    scripts/profile_api.py's stub workers), in the fork modes once the forker (its child,
+    `zygote-floor` in its command line: the bench counts it as the jail) has forked."""
     from sandbox_service.broker.jobqueue import LeanWorker, connect_worker
     from sandbox_service.execution import Status
     from sandbox_service.jobs import failure_result
@@ -73,7 +74,7 @@ def worker(url: str, name: str, mode: str) -> None:
         def abandon(self, execution_id: str, payload: object, reason: str) -> dict[str, object]:
             return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
 
-    LeanWorker(Handler(), QUEUE, 60, connection=connect_worker(url), name=name).work(
+    LeanWorker(Handler(), queue, 60, connection=connect_worker(url), name=name).work(
         logging_level="WARNING", with_scheduler=False
     )
 
@@ -113,7 +114,9 @@ def stack(mode: str, port: int) -> None:
         "RL_SANDBOX_MAX_QUEUE_DEPTH": "100000",
     }
     procs = [
-        subprocess.Popen([sys.executable, __file__, "worker", server.url, f"w{n}", mode], env=env)
+        subprocess.Popen(
+            [sys.executable, __file__, "worker", server.url, QUEUE, f"w{n}", mode], env=env
+        )
         for n in range(2)
     ]
     api = [sys.executable, "-m", "sandbox_service.cli", "api", "--host", "127.0.0.1"]
@@ -127,25 +130,16 @@ def stack(mode: str, port: int) -> None:
     server.stop()
 
 
-async def wait_up(port: int) -> None:
-    from sandbox_service.bench.http import Connection
+COMPONENTS = ("api", "workers", "jail", "redis")
 
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        conn = Connection("127.0.0.1", port)
-        try:
-            status, _ = await conn.request("POST", "/execute", b'{"code": "print(0)"}')
-            if status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        await asyncio.sleep(0.5)
-    raise SystemExit(f"nothing answers on port {port}")
+
+def _parts(cpus: list[dict[str, float]]) -> str:
+    """The median CPU ms per call of each component, api/workers/jail/redis."""
+    return "/".join(f"{statistics.median(c.get(k, 0.0) for c in cpus):.2f}" for k in COMPONENTS)
 
 
 async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[str, int]) -> None:
+    """Warm each stack up, then the alternating rounds; print each round and the medians."""
     from sandbox_service.bench.baseline import baselines
     from sandbox_service.bench.points import Point, baseline_point, service_point
     from sandbox_service.bench.procs import StackSampler
@@ -155,13 +149,16 @@ async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[st
     fair = baselines()[0]
     cores = os.cpu_count() or 1
     for mode in MODES:
-        await wait_up(ports[mode])
         warm = Point("service", "print", args.concurrency)
         await service_point(warm, "127.0.0.1", ports[mode], workload, 2.0, 10**6, 10.0)
-    results: dict[str, list[tuple[float, dict[str, float]]]] = {m: [] for m in (*MODES, "base")}
+        if warm.failed:
+            raise SystemExit(f"{mode}: the warm-up failed: {warm.first_failure}")
+    # Per mode (and "base"): each round's point row and CPU ms per call by component.
+    results: dict[str, list[tuple[dict[str, Any], dict[str, float]]]] = {
+        m: [] for m in (*MODES, "base")
+    }
     for r in range(args.rounds):
-        order = MODES if r % 2 == 0 else tuple(reversed(MODES))
-        for mode in order:
+        for mode in MODES if r % 2 == 0 else tuple(reversed(MODES)):
             sampler = StackSampler.of_stack(roots[mode])
             sampler.refresh()
             point = Point("service", "print", args.concurrency)
@@ -173,37 +170,35 @@ async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[st
             row = point.row()
             if row["failed"]:
                 raise SystemExit(f"{mode}: {row['failed']} failed: {row['first_failure']}")
-            results[mode].append((row["calls_per_s"], {**cpu, "p50_ms": row["p50_ms"]}))
+            results[mode].append((row, cpu))
         base = Point("baseline", "print", cores, baseline=fair.name)
         await baseline_point(base, fair, workload, args.round_s)
-        results["base"].append((base.row()["calls_per_s"], base.cpu_ms_per_call))
+        results["base"].append((base.row(), base.cpu_ms_per_call))
+        base_row, base_cpu = results["base"][-1]
         line = [f"round {r + 1}, load {os.getloadavg()[0]:.2f}:"]
-        base_rate = results["base"][-1][0]
-        line.append(f"plain venv {base_rate:.1f}/s ({results['base'][-1][1]['total']:.2f} ms)")
+        line.append(f"plain venv {base_row['calls_per_s']:.1f}/s ({base_cpu['total']:.2f} ms)")
         for mode in MODES:
-            rate, cpu = results[mode][-1]
-            parts = "/".join(f"{cpu.get(k, 0.0):.2f}" for k in ("api", "workers", "jail", "redis"))
+            row, cpu = results[mode][-1]
+            rate = row["calls_per_s"]
             line.append(
-                f"{mode} {rate:.1f}/s {rate / base_rate:.2f}x ({cpu['total']:.2f} ms: {parts}; "
-                f"p50 {cpu['p50_ms']:.2f} ms)"
+                f"{mode} {rate:.1f}/s {rate / base_row['calls_per_s']:.2f}x ({cpu['total']:.2f} "
+                f"ms: {_parts([cpu])}; p50 {row['p50_ms']:.2f} ms)"
             )
         print("; ".join(line), flush=True)
     print("\nmedians over the rounds (CPU ms per call: api/workers/jail/redis, without the bench):")
-    base_cpu = statistics.median(c["total"] for _, c in results["base"])
+    base_total = statistics.median(cpu["total"] for _, cpu in results["base"])
     for mode in MODES:
         ratios = [
-            rate / b for (rate, _), (b, _) in zip(results[mode], results["base"], strict=True)
+            row["calls_per_s"] / base["calls_per_s"]
+            for (row, _), (base, _) in zip(results[mode], results["base"], strict=True)
         ]
-        cpus = [c["total"] for _, c in results[mode]]
-        parts = "/".join(
-            f"{statistics.median(c.get(k, 0.0) for _, c in results[mode]):.2f}"
-            for k in ("api", "workers", "jail", "redis")
-        )
+        cpus = [cpu for _, cpu in results[mode]]
+        total = statistics.median(cpu["total"] for cpu in cpus)
         print(
             f"  {mode:9s} throughput {statistics.median(ratios):.2f}x the plain venv "
-            f"(rounds {', '.join(f'{x:.2f}' for x in ratios)}), CPU {statistics.median(cpus):.2f} "
-            f"ms per call ({parts}), {base_cpu / statistics.median(cpus):.2f}x less than the "
-            f"plain venv's {base_cpu:.2f} ms"
+            f"(rounds {', '.join(f'{x:.2f}' for x in ratios)}), CPU {total:.2f} ms per call "
+            f"({_parts(cpus)}), {base_total / total:.2f}x less than the plain venv's "
+            f"{base_total:.2f} ms"
         )
 
 
@@ -214,7 +209,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     args = parser.parse_args()
     from sandbox_service.bench.command import private_stack
-    from sandbox_service.local.procs import free_port
+    from sandbox_service.local.procs import free_port, wait_ready
 
     service = private_stack(None)
     service.start()
@@ -228,6 +223,10 @@ def main() -> None:
                 subprocess.Popen([sys.executable, __file__, "stack", mode, str(ports[mode])])
             )
             roots[mode] = launched[-1].pid
+        for mode, proc in zip(MODES[:-1], launched, strict=True):
+            # /healthz: these workers do not heartbeat as the product's do (/readyz waits for
+            # that); the warm-up's checked calls show that they answer.
+            wait_ready(f"http://127.0.0.1:{ports[mode]}", 120, proc, path="/healthz")
         asyncio.run(rounds(args, ports, roots))
     finally:
         for proc in launched:
@@ -240,7 +239,7 @@ def main() -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE))
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
-        worker(*sys.argv[2:5])
+        worker(*sys.argv[2:6])
     elif len(sys.argv) > 1 and sys.argv[1] == "zygote-floor":
         zygote_floor(sys.argv[2])
     elif len(sys.argv) > 1 and sys.argv[1] == "stack":

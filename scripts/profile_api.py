@@ -39,28 +39,9 @@ from sandbox_service.local.redis_server import start_redis_server
 QUEUE = "profile-api"
 HERE = Path(__file__).resolve().parent.parent
 
-WORKER = """
-import sys
-from sandbox_service.broker.jobqueue import LeanWorker, connect_worker
-from sandbox_service.execution import Status
-from sandbox_service.jobs import failure_result
-
-class Answer:
-    def run(self, execution_id, payload):
-        result = failure_result(Status.OK, "", execution_id)
-        result["stderr"] = ""
-        result["stdout"] = payload.code[6:-1] + "\\n"
-        result["exit_code"] = 0
-        return result
-
-    def abandon(self, execution_id, payload, reason):
-        return failure_result(Status.SANDBOX_ERROR, reason, execution_id)
-
-url, queue, name = sys.argv[1:4]
-LeanWorker(Answer(), queue, 60, connection=connect_worker(url), name=name).work(
-    logging_level="WARNING", with_scheduler=False
-)
-"""
+STUB_WORKER = (sys.executable, str(Path(__file__).resolve().parent / "design_ceiling.py"), "worker")
+"""A LeanWorker whose handler answers at once (design_ceiling.py's `answer` mode), from this
+checkout whatever --tree says: the trees compared are the APIs'."""
 
 API = """
 import sys
@@ -187,7 +168,7 @@ def main() -> None:
         for n in range(args.workers if args.mode == "full" else 0):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", WORKER, server.url, QUEUE, f"stub-{n}"],
+                    [*STUB_WORKER, server.url, QUEUE, f"stub-{n}", "answer"],
                     env=env,
                     cwd=logdir,  # not this checkout: `-c` puts the working directory first
                 )
