@@ -48,6 +48,11 @@ class JobPayload:
     """1 for the first run; 2 when re-run after its worker was lost."""
     end_session: bool = False
     """Not a cell: end the session `session_id` (free its interpreter, forget its cells)."""
+    group: str | None = None
+    """The group's internal id (the tenant's scoped label), or None."""
+    deadline: float = 0.0
+    """Epoch seconds past which the result is no longer wanted (0: none): a worker does not
+    start it then, and stops it there (`deadline_exceeded`)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict stored in the RQ job."""
@@ -72,6 +77,10 @@ class JobPayload:
             wire["n"] = self.attempt
         if self.end_session:
             wire["e"] = 1
+        if self.group is not None:
+            wire["g"] = self.group
+        if self.deadline:
+            wire["dl"] = self.deadline
         return wire
 
     @staticmethod
@@ -98,6 +107,8 @@ class JobPayload:
             start_by=float(wire.get("sb", 0.0)),
             attempt=int(wire.get("n", 1)),
             end_session=bool(wire.get("e", 0)),
+            group=wire.get("g"),
+            deadline=float(wire.get("dl", 0.0)),
         )
 
     def budget_timeout_s(self, max_timeout_s: float) -> float:
@@ -114,8 +125,16 @@ class JobPayload:
         return settings.api_wait_s(self.budget_timeout_s(settings.max_timeout))
 
     def retried(self, now: float, queue_deadline_s: float) -> JobPayload:
-        """The payload of the second attempt, with a fresh queue deadline."""
-        return replace(self, attempt=self.attempt + 1, start_by=now + queue_deadline_s)
+        """The payload of the second attempt, with a fresh queue deadline (never past the
+        request's own deadline)."""
+        start_by = now + queue_deadline_s
+        if self.deadline:
+            start_by = min(start_by, self.deadline)
+        return replace(self, attempt=self.attempt + 1, start_by=start_by)
+
+    def past_deadline(self, now: float) -> bool:
+        """Whether the request's own deadline has passed."""
+        return bool(self.deadline) and now >= self.deadline
 
     def to_spec(self, execution_id: str, limits: Limits) -> ExecutionSpec:
         """The ExecutionSpec a worker hands its executor; `limits` carries the host's caps."""

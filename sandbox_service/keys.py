@@ -17,11 +17,17 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:cancelled:<xid>` | marker: its client left | API | workers, at start | job budget |
 | `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
+| `<queue>:group:<g>` | set: group's unanswered ids, `-` | API, workers | any API | group TTL |
+| `<queue>:gsessions:<g>` | set: sessions of group `<g>` | API | any API (cancel) | group TTL |
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
-since the session's last use. A session's two keys have different prefixes (not
-`session:<id>:cells`) so that no session id, whatever it contains, names another session's key.
+since the session's last use. `<g>` is a group's internal id (`tenancy.scoped`: the tenant's name,
+`/`, the client's label), so a group of one tenant never names another's; the member `-` (never
+an execution id) marks a group as used, so a group whose calls all ended is still known (its
+TTL: the session TTL plus the longest wait of a call, renewed at each admission). A session's
+two keys have different prefixes (not `session:<id>:cells`) so that no session id, whatever it
+contains, names another session's key.
 """
 
 from __future__ import annotations
@@ -86,6 +92,20 @@ def cancelled(queue: str, execution_id: str) -> str:
 def cancel_list(queue: str, worker: str) -> str:
     """The list of execution ids that one worker must kill now (their clients went away)."""
     return f"{queue}:cancel:{worker}"
+
+
+def group(queue: str, group_id: str) -> str:
+    """Set of the execution ids of one group not yet answered (and the marker GROUP_USED)."""
+    return f"{queue}:group:{group_id}"
+
+
+GROUP_USED = "-"
+"""The member of a group's set that says the group was used (never an execution id)."""
+
+
+def group_sessions(queue: str, group_id: str) -> str:
+    """Set of the session ids that ran a cell of one group (ended when the group is cancelled)."""
+    return f"{queue}:gsessions:{group_id}"
 
 
 def worker_stats(queue: str, worker: str) -> str:

@@ -16,10 +16,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 __all__ = [
+    "INFRASTRUCTURE_STATUSES",
     "BatchRequest",
     "BatchResponse",
     "ExecuteRequest",
     "ExecuteResult",
+    "GroupCancelled",
     "Status",
     "VerifyItem",
     "VerifyResponse",
@@ -42,6 +44,8 @@ class Status(str, enum.Enum):
     KILLED = "killed"
     QUEUE_TIMEOUT = "queue_timeout"
     SANDBOX_ERROR = "sandbox_error"
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -49,6 +53,17 @@ class Status(str, enum.Enum):
     def __format__(self, format_spec: str) -> str:
         return format(str(self.value), format_spec)
 
+
+INFRASTRUCTURE_STATUSES = frozenset(
+    {Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR, Status.CANCELLED, Status.DEADLINE_EXCEEDED}
+)
+"""Statuses that say what became of the call in the service, never what the program did: the
+program did not run, or was stopped from outside, so its output says nothing of the model."""
+
+GROUP_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
+"""A group label: 1 to 128 characters of letters, digits and `._:/-` (API.md, Groups)."""
+MAX_DEADLINE_S = 86400.0
+"""The largest `deadline_s` (a day): a deadline is finite, and past a day it bounds nothing."""
 
 SUPPORTED_LANGUAGES = ("python",)
 JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
@@ -114,6 +129,12 @@ class ExecuteRequest(BaseModel):
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     files: dict[str, str] = Field(default_factory=dict)
     fetch_files: list[str] = Field(default_factory=list)
+    group: Annotated[str, Field(pattern=GROUP_PATTERN)] | None = None
+    """A label of the caller's choosing (a rollout, a GRPO group, a step): the whole group can be
+    cancelled at once (POST /groups/{group}/cancel)."""
+    deadline_s: Annotated[float, Field(gt=0, le=MAX_DEADLINE_S, allow_inf_nan=False)] | None = None
+    """Seconds from admission after which the result is no longer wanted: not started then, or
+    stopped, it answers `deadline_exceeded`."""
 
     @field_validator("code", "stdin", "session_id")
     @classmethod
@@ -195,6 +216,16 @@ class ExecuteResult(BaseModel):
     def fetched_files(self) -> dict[str, bytes]:
         """The `fetch_files` that existed after the run, decoded: path -> bytes."""
         return {path: base64.b64decode(data) for path, data in self.files.items()}
+
+
+class GroupCancelled(BaseModel):
+    """The answer of POST /groups/{group}/cancel."""
+
+    group: str
+    cancelled: int
+    """Calls of the group that were queued or running and are now answered `cancelled`."""
+    sessions: int = 0
+    """Sessions of the group that were ended."""
 
 
 class BatchRequest(BaseModel):

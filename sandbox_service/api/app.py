@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, operations
+from sandbox_service.api.call_labels import read_call_labels
 from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
@@ -65,9 +66,14 @@ def create_app(settings: Settings) -> FastAPI:
     # Routes are matched in this order, each failed match costing a few microseconds: the
     # execution routes first, the operational ones (probes, scrapes) last.
     app.include_router(execute_routes.router)
-    app.include_router(codejudge_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher))
+    labels = [Depends(read_call_labels)]
     app.include_router(
-        sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher)
+        codejudge_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher),
+        dependencies=labels,
+    )
+    app.include_router(
+        sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher),
+        dependencies=labels,
     )
     app.include_router(verify_router(settings, ctx.run))
     app.include_router(operations.router)

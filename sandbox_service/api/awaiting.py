@@ -273,7 +273,16 @@ class Awaiter:
         if withdraw:
             removed = await self._run_sync(self._job_queue.withdraw, withdraw, withdraw_from)
             for execution_id, was_removed in zip(withdraw, removed, strict=True):
-                if was_removed:
+                pending = self.outstanding.jobs.get(execution_id)
+                if not was_removed or pending is None:
+                    continue
+                if pending.payload.past_deadline(now):
+                    self._answer(
+                        execution_id,
+                        Status.DEADLINE_EXCEEDED,
+                        "the request's deadline passed before it started; it never ran",
+                    )
+                else:
                     self._answer(
                         execution_id, Status.QUEUE_TIMEOUT, "not started within the queue deadline"
                     )

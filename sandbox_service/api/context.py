@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from sandbox_service.api.call_labels import labelled
 from sandbox_service.api.dispatch import Dispatcher
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import scoped, tenant_var
 from trainer_client.wire import ExecuteRequest
 
 
@@ -34,8 +36,9 @@ class ApiContext:
         return results
 
     async def run_requests(self, requests: list[ExecuteRequest], route: str) -> list[ResultDict]:
-        """`run` of validated wire requests."""
-        return await self.run([to_payload(request) for request in requests], route)
+        """`run` of validated wire requests (the peer routes': their headers' group and
+        deadline apply, see call_labels.py)."""
+        return await self.run([to_payload(labelled(request)) for request in requests], route)
 
 
 async def context(request: Request) -> ApiContext:
@@ -48,7 +51,12 @@ async def context(request: Request) -> ApiContext:
 
 
 def to_payload(request: ExecuteRequest) -> JobPayload:
-    """The job payload of one validated request (the dispatcher stamps queue fields)."""
+    """The job payload of one validated request (the dispatcher stamps queue fields).
+
+    The group is named in the caller's tenant; the relative deadline becomes an epoch here, once.
+    """
+    group = None if request.group is None else scoped(tenant_var.get(), request.group)
+    deadline = 0.0 if request.deadline_s is None else time.time() + request.deadline_s
     return JobPayload(
         code=request.code,
         stdin=request.stdin,
@@ -58,4 +66,6 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         fetch_files=tuple(request.fetch_files),
         session_id=request.session_id,
         request_id=request_id_var.get(),
+        group=group,
+        deadline=deadline,
     )

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -40,6 +40,7 @@ from sandbox_service.broker.jobqueue import JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.broker.worker_stats import WorkerStats
+from sandbox_service.cancel import GROUP_CANCELLED
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
@@ -52,6 +53,22 @@ BUILD_ON_LOOP_MAX_JOBS = 64
 """Rounds up to this many jobs build their enqueue commands on the event loop (11 to 16 us per job
 here, so under 1 ms of the loop; a thread hop costs about 0.1 ms of CPU); larger ones in a
 thread, so that the loop keeps serving meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCancel:
+    """What cancelling a group did."""
+
+    cancelled: int
+    """Calls dropped from the queue or killed while running."""
+    sessions: int
+    """Sessions ended."""
+
+
+def group_ttl_s(settings: Settings) -> int:
+    """How long a group is remembered after its last admission: a session of it may live that
+    long, and a call wait that long."""
+    return settings.session_ttl_s + int(settings.api_wait_s(settings.max_timeout)) + 1
 
 
 class DispatchError(Exception):
@@ -83,7 +100,9 @@ class Dispatcher:
         self._cancelling: set[asyncio.Task[None]] = set()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
         connection = jobqueue.connect(settings.redis_url)
-        self._job_queue = JobQueue(connection, settings.queue_name, settings.result_ttl_s)
+        self._job_queue = JobQueue(
+            connection, settings.queue_name, settings.result_ttl_s, group_ttl_s(settings)
+        )
         self.sessions = SessionStore.for_settings(connection, settings)
         self.redis = jobqueue.connect_async(settings.redis_url)
         self._listen_redis = jobqueue.connect_async(settings.redis_url)
@@ -152,7 +171,7 @@ class Dispatcher:
                 payload,
                 reply_to=self.awaiter_reply_key,
                 admitted_at=admitted_at,
-                start_by=start_by,
+                start_by=min(start_by, payload.deadline) if payload.deadline else start_by,
             )
             futures.append(self.awaiter.track(execution_id, stamped))
             jobs.append(NewJob.of(execution_id, stamped, self.settings))
@@ -196,10 +215,9 @@ class Dispatcher:
             self.awaiter.abandon(futures)
 
     async def _cancel(self, execution_ids: list[str]) -> None:
-        marker_ttl_s = int(self.settings.api_wait_s(self.settings.max_timeout)) + 1
         try:
             dropped, signalled = await self._run_sync(
-                self._job_queue.cancel, execution_ids, marker_ttl_s
+                self._job_queue.cancel, execution_ids, self._marker_ttl_s()
             )
         except (RedisError, OSError) as exc:
             log.warning("cancelling abandoned jobs failed: %s", exc)
@@ -210,6 +228,46 @@ class Dispatcher:
             "abandoned jobs cancelled",
             extra=fields(jobs=len(execution_ids), dropped=len(dropped), killed=len(signalled)),
         )
+
+    async def cancel_group(self, group_id: str, request_id: str = "") -> GroupCancel | None:
+        """Cancel every waiting and running call of a group (its internal id) and end its
+        sessions; None when the group was never used (or expired)."""
+        dropped: list[str] = []
+        signalled: list[str] = []
+        try:
+            used, execution_ids, session_ids = await self._run_sync(
+                self._job_queue.group_members, group_id
+            )
+            if not used:
+                return None
+            if execution_ids:
+                dropped, signalled = await self._run_sync(
+                    self._job_queue.cancel,
+                    execution_ids,
+                    self._marker_ttl_s(),
+                    GROUP_CANCELLED,
+                    True,
+                )
+        except (RedisError, OSError) as exc:
+            raise Unavailable(f"redis unavailable: {exc}") from exc
+        # The sessions' cells of this group were cancelled above, so their ends run at once.
+        ended = await asyncio.gather(
+            *(self.end_session(session_id, request_id) for session_id in session_ids)
+        )
+        await self._run_sync(self._job_queue.forget_group_sessions, group_id, session_ids)
+        log.info(
+            "group cancelled",
+            extra=fields(
+                group=group_id,
+                dropped=len(dropped),
+                killed=len(signalled),
+                sessions=sum(ended),
+            ),
+        )
+        return GroupCancel(len(dropped) + len(signalled), sum(ended))
+
+    def _marker_ttl_s(self) -> int:
+        return int(self.settings.api_wait_s(self.settings.max_timeout)) + 1
 
     async def end_session(self, session_id: str, request_id: str = "") -> bool:
         """End a session (DELETE /sessions/{id}); whether it existed.

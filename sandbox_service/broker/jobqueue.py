@@ -50,7 +50,7 @@ from rq.worker import DequeueStrategy, WorkerStatus
 
 from sandbox_service import keys
 from sandbox_service.broker import rq_format
-from sandbox_service.cancel import NEVER_RAN
+from sandbox_service.cancel import CLIENT_LEFT, never_ran
 from sandbox_service.execution import Status
 from sandbox_service.jobs import (
     JobPayload,
@@ -186,10 +186,18 @@ class JobQueue:
     """Enqueue, inspect and withdraw jobs (synchronous: the API calls these from threads), and
     build the admission script's arguments (sent by the API on its asyncio client)."""
 
-    def __init__(self, connection: redis.Redis, queue_name: str, result_ttl_s: int) -> None:
+    def __init__(
+        self,
+        connection: redis.Redis,
+        queue_name: str,
+        result_ttl_s: int,
+        group_ttl_s: int = 3600,
+    ) -> None:
         self._redis = connection
         self._name = queue_name
         self._result_ttl_s = result_ttl_s
+        self._group_ttl_s = group_ttl_s
+        self._drop_script = connection.register_script(DROP_SCRIPT)
 
     def admission(
         self, groups: Sequence[Sequence[NewJob]], max_depth: int
@@ -231,6 +239,28 @@ class JobQueue:
             ids = [job.execution_id for job in queued]
             push = ["LPUSH", queue_key, *reversed(ids)] if at_front else ["RPUSH", queue_key, *ids]
             commands.append(push)
+        commands += self._group_commands(jobs)
+        return commands
+
+    def _group_commands(self, jobs: Sequence[NewJob]) -> list[list[Any]]:
+        # Each group's members (its waiting jobs, and the sessions its cells ran in), before the
+        # jobs can finish: a worker removes a job from its group when it answers it.
+        members: dict[str, list[str]] = {}
+        sessions: dict[str, list[str]] = {}
+        for job in jobs:
+            group = job.payload.group
+            if group is None:
+                continue
+            members.setdefault(group, [keys.GROUP_USED]).append(job.execution_id)
+            if job.payload.session_id is not None and not job.payload.end_session:
+                sessions.setdefault(group, []).append(job.payload.session_id)
+        commands: list[list[Any]] = []
+        for group, ids in members.items():
+            key = keys.group(self._name, group)
+            commands += [["SADD", key, *ids], ["EXPIRE", key, self._group_ttl_s]]
+        for group, session_ids in sessions.items():
+            key = keys.group_sessions(self._name, group)
+            commands += [["SADD", key, *session_ids], ["EXPIRE", key, self._group_ttl_s]]
         return commands
 
     def enqueue(self, jobs: Sequence[NewJob], at_front: bool = False) -> None:
@@ -269,20 +299,30 @@ class JobQueue:
         return removed
 
     def cancel(
-        self, execution_ids: Sequence[str], marker_ttl_s: int
+        self,
+        execution_ids: Sequence[str],
+        marker_ttl_s: int,
+        reason: str = CLIENT_LEFT,
+        answer: bool = False,
     ) -> tuple[list[str], list[str]]:
-        """The clients of these jobs went away: drop the waiting ones, kill the running ones.
+        """Cancel these jobs (their clients went away, or their group was cancelled): drop the
+        waiting ones, kill the running ones.
 
         Returns (dropped: removed from their queues, never run; signalled: their workers were
-        told to kill them). The marker is set first: a worker that dequeues one in between
-        sees it in its prepare pipeline, which also names it as the job's worker, so every job
-        is either dropped, skipped by its worker, or signalled.
+        told to kill them). The marker (its value: `reason`) is set first: a worker that
+        dequeues one in between sees it in its prepare pipeline, which also names it as the
+        job's worker, so every job is either dropped, skipped by its worker, or signalled.
+        `answer`: someone still waits for them (a cancelled group), so a dropped job's
+        `cancelled` result is delivered to its API, in the same script that drops it.
         """
         with self._redis.pipeline(transaction=False) as pipe:
             for execution_id in execution_ids:
-                pipe.set(keys.cancelled(self._name, execution_id), 1, ex=marker_ttl_s)
+                pipe.set(keys.cancelled(self._name, execution_id), reason, ex=marker_ttl_s)
             pipe.execute()
-        removed = self.withdraw(execution_ids)
+        if answer:
+            removed = self._drop_answering(execution_ids, reason)
+        else:
+            removed = self.withdraw(execution_ids)
         started = [
             execution_id for execution_id, r in zip(execution_ids, removed, strict=True) if not r
         ]
@@ -305,6 +345,62 @@ class JobQueue:
                     signalled.append(execution_id)
             pipe.execute()
         return dropped, signalled
+
+    def _drop_answering(self, execution_ids: Sequence[str], reason: str) -> list[bool]:
+        """Remove waiting jobs from their queues and answer them `cancelled`, each atomically
+        (so the waiting API's watchdog never sees one gone without its result)."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                pipe.hmget(keys.rq_job(execution_id), "origin", "data", "status")
+            records = pipe.execute()
+        removed = [False] * len(execution_ids)
+        queued: list[int] = []
+        with self._redis.pipeline(transaction=False) as pipe:
+            for i, (execution_id, (origin, data, status)) in enumerate(
+                zip(execution_ids, records, strict=True)
+            ):
+                if status != b"queued" or data is None:
+                    continue  # started, finished or gone: its worker answers
+                try:
+                    payload = JobPayload.from_wire(rq_format.job_args(data)[0])
+                except (ValueError, KeyError, TypeError, IndexError):
+                    continue
+                queue_time = time.time() - payload.admitted_at
+                result_json = encode_result(
+                    failure_result(Status.CANCELLED, never_ran(reason), execution_id, queue_time)
+                )
+                notice = encode_notice(execution_id, result_json) if payload.reply_to else ""
+                queue = origin.decode() if origin else self._name
+                group_key = keys.group(self._name, payload.group) if payload.group else ""
+                self._drop_script(
+                    keys=[
+                        keys.rq_queue(queue),
+                        keys.rq_job(execution_id),
+                        keys.result(self._name, execution_id),
+                        payload.reply_to,
+                        group_key,
+                    ],
+                    args=[execution_id, result_json, self._result_ttl_s, notice],
+                    client=pipe,
+                )
+                queued.append(i)
+            for i, dropped in zip(queued, pipe.execute(), strict=True):
+                removed[i] = bool(dropped)
+        return removed
+
+    def group_members(self, group_id: str) -> tuple[bool, list[str], list[str]]:
+        """(whether the group was used, its jobs not yet answered, its sessions)."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.smembers(keys.group(self._name, group_id))
+            pipe.smembers(keys.group_sessions(self._name, group_id))
+            members, sessions = pipe.execute()
+        ids = sorted(m.decode() for m in members if m != keys.GROUP_USED.encode())
+        return bool(members), ids, sorted(s.decode() for s in sessions)
+
+    def forget_group_sessions(self, group_id: str, session_ids: Sequence[str]) -> None:
+        """The group's sessions were ended: drop them from its set."""
+        if session_ids:
+            self._redis.srem(keys.group_sessions(self._name, group_id), *session_ids)
 
     def forget(self, execution_ids: Sequence[str]) -> None:
         """Delete the records of lost jobs (a started job whose worker died stays "started")."""
@@ -403,26 +499,43 @@ end
 local fields = redis.call('HMGET', KEYS[1], """
     + _FIELD_NAMES
     + """)
-return {fields, redis.call('EXISTS', KEYS[2])}
+return {fields, redis.call('GET', KEYS[2])}
 """
 )
 """A dequeued job's start in one round trip (KEYS: the job hash, its cancel marker; ARGV: RQ's
 own commands that mark it started by this worker, counted as in ADMIT_SCRIPT). Returns its
-fields and whether it was cancelled, or false when the job hash is gone (nothing is written
-then). The marker is read after the worker name is set (see JobQueue.cancel)."""
+fields and its cancel marker (the reason, or false), or false when the job hash is gone (nothing
+is written then). The marker is read after the worker name is set (see JobQueue.cancel)."""
+
+DROP_SCRIPT = """
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3])
+if KEYS[4] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[4])
+  redis.call('EXPIRE', KEYS[4], ARGV[3])
+end
+if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[1]) end
+return 1
+"""
+"""Drop one waiting job and answer it (KEYS: its queue's list, its hash, its result key, its
+API's reply list or '', its group's set or ''; ARGV: its id, the result JSON, its TTL, the
+notice): 1 when it was still waiting, else 0 and nothing is written (a worker has it)."""
 
 
 DELIVER_SCRIPT = """
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-if KEYS[4] then
+if KEYS[4] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[3])
   redis.call('EXPIRE', KEYS[4], ARGV[2])
 end
+if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
 redis.call('DEL', KEYS[2])
 redis.call('HINCRBY', KEYS[3], 'successful_job_count', 1)
 """
-"""A job's result, atomically (KEYS: result key, job hash, worker hash[, reply list]; ARGV:
-result JSON, its TTL, the notice): store it, notify the waiter, delete the job hash, count it."""
+"""A job's result, atomically (KEYS: result key, job hash, worker hash, reply list or '', group
+set or ''; ARGV: result JSON, its TTL, the notice, the job id): store it, notify the waiter,
+leave the group, delete the job hash, count it."""
 
 
 class LeanQueue(Queue):
@@ -495,6 +608,7 @@ class LeanWorker(SimpleWorker):
         # BUSY first: RQ's SIGTERM handler then waits for this job (warm shutdown).
         self._state = WorkerStatus.BUSY
         reply_to = ""
+        group = ""
         try:
             cancelled = self._start(job, queue)
             if cancelled is None:  # deleted after its dequeue (RQ's fetch would skip it too)
@@ -502,16 +616,18 @@ class LeanWorker(SimpleWorker):
                 return
             reply_to = JobPayload.reply_to_of(job.args[0])
             payload = JobPayload.from_wire(job.args[0])
+            group = keys.group(self._queue_name, payload.group) if payload.group else ""
             if cancelled:
                 log.info("job cancelled before it started", extra=fields(execution_id=job.id))
-                self._deliver(job, reply_to, failure_result(Status.KILLED, NEVER_RAN, job.id))
+                result = failure_result(Status.CANCELLED, never_ran(cancelled), job.id)
+                self._deliver(job, reply_to, result, group)
                 return
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):
                     result = self._handler.run(job.id, payload)
             except JobTimeoutException:
                 result = self._handler.abandon(job.id, payload, "the job exceeded its time budget")
-            self._deliver(job, reply_to, result)
+            self._deliver(job, reply_to, result, group)
         except redis.RedisError:
             # The API's watchdog answers for this job (retry or sandbox_error).
             log.exception("redis failed around job %s", job.id)
@@ -519,13 +635,13 @@ class LeanWorker(SimpleWorker):
             log.exception("job %s failed in the worker", job.id)
             with contextlib.suppress(redis.RedisError):
                 error = failure_result(Status.SANDBOX_ERROR, f"worker error: {exc}", job.id)
-                self._deliver(job, reply_to, error)
+                self._deliver(job, reply_to, error, group)
         finally:
             self._state = WorkerStatus.IDLE
 
-    def _start(self, job: Job, queue: Queue) -> bool | None:
-        """Mark the job started by this worker and read it; whether it was cancelled, or None
-        when its hash is gone."""
+    def _start(self, job: Job, queue: Queue) -> str | None:
+        """Mark the job started by this worker and read it; its cancel reason ("" when it was
+        not cancelled), or None when its hash is gone."""
         # RQ's own commands, recorded on a pipeline that is never sent (as in admission).
         record = self.connection.pipeline(transaction=False)
         try:
@@ -545,15 +661,17 @@ class LeanWorker(SimpleWorker):
         values, cancelled = reply
         if isinstance(job, DequeuedJob):
             job.restore_fields(values)
-        return bool(cancelled)
+        if not cancelled:
+            return ""
+        return cancelled.decode() if isinstance(cancelled, bytes) else str(cancelled)
 
-    def _deliver(self, job: Job, reply_to: str, result: ResultDict) -> None:
+    def _deliver(self, job: Job, reply_to: str, result: ResultDict, group: str = "") -> None:
         result_json = encode_result(result)
         result_key = keys.result(self._queue_name, job.id)
         notice = encode_notice(job.id, result_json) if reply_to else ""
         self._deliver_script(
-            keys=[result_key, job.key, self.key, *([reply_to] if reply_to else [])],
-            args=[result_json, self._result_ttl_s, notice],
+            keys=[result_key, job.key, self.key, reply_to, group],
+            args=[result_json, self._result_ttl_s, notice, job.id],
         )
 
 

@@ -13,6 +13,8 @@ and an ExecuteResult becomes a SubmissionResult:
     timeout         false        false                           worker_timeout  + TIMEOUT_MARK
     queue_timeout   false        false                           queue_timeout   null
     sandbox_error   false        false                           internal_error  null
+    cancelled       false        false                           internal_error  null
+    deadline_exc.   false        false                           internal_error  null
     type `math`     false        false                           internal_error  null
     (cannot run)    false        false                           invalid_input   stderr says why
 
@@ -194,7 +196,7 @@ def to_submission_result(planned: Planned, result: ExecuteResult) -> SubmissionR
     status = Status(result.status)
     if status is Status.QUEUE_TIMEOUT:
         return not_run(planned.sub_id, "queue_timeout", result.queue_time)
-    if status is Status.SANDBOX_ERROR:
+    if status in (Status.SANDBOX_ERROR, Status.CANCELLED, Status.DEADLINE_EXCEEDED):
         return not_run(planned.sub_id, "internal_error", result.wall_time)
     timed_out = status is Status.TIMEOUT or result.wall_time >= planned.request.timeout
     stdout = result.stdout + TIMEOUT_MARK if timed_out else result.stdout

@@ -14,6 +14,8 @@ for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_
     timeout         Failed        TimeLimitExceeded   null               ""
     sandbox_error   SandboxError  Error               null               why
     queue_timeout   SandboxError  (run_result null)   -                  why; the code never ran
+    cancelled       SandboxError  (run_result null)   -                  why (cancelled: ...)
+    deadline_exc.   SandboxError  (run_result null)   -                  why (deadline_...)
 
 A negative return code for a signal is what SandboxFusion's asyncio subprocess reports. Python has
 no compile step, so `compile_result` is always null and `compile_timeout` is unused.
@@ -29,7 +31,12 @@ from pydantic import BaseModel, ValidationError
 from sandbox_service.api.validation import Problem, check_request
 from sandbox_service.execution import Status
 from sandbox_service.settings import Settings
-from trainer_client.wire import ABSOLUTE_PATHS, ExecuteRequest, ExecuteResult
+from trainer_client.wire import (
+    ABSOLUTE_PATHS,
+    INFRASTRUCTURE_STATUSES,
+    ExecuteRequest,
+    ExecuteResult,
+)
 
 Language = Literal[
     "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
@@ -161,6 +168,8 @@ def to_run_code_response(result: ExecuteResult) -> RunCodeResponse:
     status = Status(result.status)
     if status is Status.QUEUE_TIMEOUT:
         return sandbox_error(f"queue_timeout: {result.stderr}; the code never ran, safe to retry")
+    if status in (Status.CANCELLED, Status.DEADLINE_EXCEEDED):
+        return sandbox_error(f"{status}: {result.stderr.strip()}")
     if status is Status.SANDBOX_ERROR:
         failed = CommandRunResult(status="Error", stderr=result.stderr)
         return RunCodeResponse(status="SandboxError", message=result.stderr, run_result=failed)
@@ -292,7 +301,7 @@ def check_jupyter_request(request: RunJupyterRequest, settings: Settings) -> Non
 def to_cell_result(result: ExecuteResult) -> CellRunResult | None:
     """The cell's outputs; None when the cell did not complete in a live interpreter."""
     status = Status(result.status)
-    if status in (Status.TIMEOUT, Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR):
+    if status in (Status.TIMEOUT, *INFRASTRUCTURE_STATUSES):
         return None
     if result.signal is not None:
         return None  # the interpreter was killed
@@ -315,7 +324,7 @@ def jupyter_failure(result: ExecuteResult, index: int, elapsed_s: float) -> RunJ
     if status is Status.QUEUE_TIMEOUT:
         message = f"queue_timeout: {result.stderr}; cell {index} never ran, safe to retry"
         return RunJupyterResponse(status="SandboxError", message=message)
-    if status is Status.SANDBOX_ERROR:
+    if status in (Status.SANDBOX_ERROR, Status.CANCELLED, Status.DEADLINE_EXCEEDED):
         return RunJupyterResponse(status="SandboxError", message=result.stderr)
     if status is Status.TIMEOUT:
         driver = CommandRunResult(status="TimeLimitExceeded", execution_time=elapsed_s)
