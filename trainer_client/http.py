@@ -16,7 +16,7 @@ from trainer_client.dispatch import BatchOutcome
 from trainer_client.errors import SandboxClientError
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
 from trainer_client.verify import VERIFY_PATH, VerifyOutcome
-from trainer_client.wire import BatchResponse, VerifyItem, VerifyResponse
+from trainer_client.wire import BatchResponse, GroupCancelled, VerifyItem, VerifyResponse
 
 BATCH_PATH = "/execute/batch"
 
@@ -139,6 +139,26 @@ async def delete_session(http: httpx.AsyncClient, session_id: str, timeouts: Tim
             + error_detail(response.content, response.reason_phrase)
         )
     return True
+
+
+async def post_cancel_group(
+    http: httpx.AsyncClient, group: str, timeouts: Timeouts
+) -> GroupCancelled | None:
+    """POST /groups/{group}/cancel: what was cancelled, or None when the group is unknown."""
+    try:
+        response = await http.post(
+            f"/groups/{quote(group, safe='/:')}/cancel", timeout=timeouts.for_batch(0.0)
+        )
+    except httpx.HTTPError as exc:
+        raise SandboxClientError(f"cancelling group {group!r}: {exc!r}") from exc
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise SandboxClientError(
+            f"cancelling group {group!r}: HTTP {response.status_code}: "
+            + error_detail(response.content, response.reason_phrase)
+        )
+    return GroupCancelled.model_validate_json(response.content)
 
 
 async def post_verify(

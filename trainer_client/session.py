@@ -48,6 +48,7 @@ class SessionHost(Protocol):
         session_id: str | None = ...,
         files: Mapping[str, bytes] | None = ...,
         fetch_files: Sequence[str] | None = ...,
+        group: str | None = ...,
     ) -> ExecuteResult: ...
 
     async def end_session(self, session_id: str) -> bool: ...
@@ -56,10 +57,18 @@ class SessionHost(Protocol):
 class Session:
     """One interpreter on the service; cells run in order and share its state."""
 
-    def __init__(self, client: SessionHost, session_id: str, *, timeout: float = 10.0) -> None:
-        """`timeout`: each cell's default wall-clock limit in seconds."""
+    def __init__(
+        self,
+        client: SessionHost,
+        session_id: str,
+        *,
+        timeout: float = 10.0,
+        group: str | None = None,
+    ) -> None:
+        """`timeout`: each cell's default wall-clock limit in seconds; `group`: every cell's."""
         self.id = session_id
         self.timeout = timeout
+        self.group = group
         self._client = client
         self._closed = False
 
@@ -89,6 +98,7 @@ class Session:
             session_id=self.id,
             files=files,
             fetch_files=fetch_files,
+            group=self.group,
         )
 
     async def upload(self, files: Mapping[str, bytes]) -> None:
