@@ -248,6 +248,8 @@ async def grpo_step(
         await sync_engines(ctx.engines, ctx.model)
     t3 = time.monotonic()
     step = ctx.progress.global_step
+    # A Prometheus-style line, so that log scrapers can follow masked rollouts per step.
+    print(f'rl_infra_masked_rollouts{{step="{step}"}} {selection.infra_masked}', flush=True)
     for t, r in list(zip(trajectories, rewards, strict=True))[:: grpo.rollouts_per_prompt][:2]:
         sample = {"step": step, "reward": r, "finish": t.finish_reason}
         ctx.records.sample({**sample, "response": t.response_text})
@@ -259,6 +261,7 @@ async def grpo_step(
             "roc_kept": len(selection.kept),
             "roc_kept_pos": selection.kept_pos,
             "roc_kept_neg": selection.kept_neg,
+            "infra_masked": selection.infra_masked,
             "skipped_update": not selection.kept,
             "lr": lr,
             **update,
