@@ -58,3 +58,20 @@ def test_the_sync_group_scope_is_the_twin(service: Service) -> None:
         with pytest.raises(RolloutAborted), client.group(name) as group:
             raise RolloutAborted
         assert group.cancelled is not None and group.cancelled.group == name
+
+
+async def test_trl_reward_gives_no_reward_to_rollouts_that_met_the_infrastructure(
+    service: Service,
+) -> None:
+    from trainer_client.integrations.clients import ServiceAddress
+    from trainer_client.integrations.reward import close_clients, grade_or_none
+
+    address = ServiceAddress(service.url, None)
+    responses = ["so \\boxed{4}", "so \\boxed{4}", "so \\boxed{5}", "no answer"]
+    try:
+        scores = await grade_or_none(
+            responses, ["4"] * 4, address=address, infrastructure=[False, True, False, False]
+        )
+    finally:
+        await close_clients()
+    assert scores == [1.0, None, 0.0, 0.0]
