@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.jobs import ResultDict
+from trainer_client.wire import INFRASTRUCTURE_STATUSES
 
 _TIME_BUCKETS_S = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -75,10 +76,12 @@ class Metrics:
         r.register(self.scraped)
 
     def observe_result(self, result: ResultDict) -> None:
-        """Count one execution result and its times."""
+        """Count one execution result and its times (the run's time only when the program's
+        own outcome ended it: an infrastructure status says when the service stopped it)."""
         self.executions.labels(result["status"]).inc()
         self.queue_wait.observe(result["queue_time"])
-        self.execution_wall.observe(result["wall_time"])
+        if result["status"] not in INFRASTRUCTURE_STATUSES:
+            self.execution_wall.observe(result["wall_time"])
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
