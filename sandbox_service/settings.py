@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -15,7 +16,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from sandbox_service import tenants_file
 from sandbox_service.execution import Limits
+from sandbox_service.tenancy import DEFAULT_TENANT, Tenant
 
 ExecutorMode = Literal["warm", "cold"]
 
@@ -82,6 +85,10 @@ class Settings(BaseSettings):
     api_key: str | None = None
     """When set, every endpoint but /healthz, /readyz and /metrics requires
     `Authorization: Bearer <api_key>`."""
+    tenants_file: Path | None = None
+    """TOML file of API keys, one `[[tenant]]` table each (`name`, `key`, optional `weight`,
+    `max_in_flight`, `max_sessions`; tenants_file.py); instead of api_key. Read at start-up by
+    the API (keys) and the workers (names and weights: one queue per tenant, fair share)."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(
@@ -222,6 +229,24 @@ class Settings(BaseSettings):
                 "client_response_margin_s together"
             )
         return self
+
+    @model_validator(mode="after")
+    def _tenants_readable(self) -> Settings:
+        if self.tenants_file is not None and self.api_key is not None:
+            raise ValueError("set api_key or tenants_file, not both (a single key is a tenant)")
+        self.credentials()  # a bad tenants file stops the start-up, with its message
+        return self
+
+    def credentials(self) -> tuple[tenants_file.Credential, ...]:
+        """The API keys and their tenants (none: an open server, every call tenant "default")."""
+        if self.tenants_file is None:
+            return tenants_file.single_key(self.api_key)
+        return tenants_file.load(self.tenants_file)
+
+    def tenants(self) -> tuple[Tenant, ...]:
+        """Every tenant the server serves (its fair share and queues), "default" when no file."""
+        found = tuple(c.tenant for c in self.credentials())
+        return found or (DEFAULT_TENANT,)
 
     def limits(self, timeout_s: float = 10.0, memory_mb: int = 1024) -> Limits:
         """The limits of one execution on this host: the request's time and memory, the host's
