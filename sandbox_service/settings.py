@@ -16,9 +16,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from sandbox_service import tenants_file
 from sandbox_service.execution import Limits
 from sandbox_service.tenancy import DEFAULT_TENANT, Tenant
+from sandbox_service.tenants_file import Credential, load_credentials, single_key
 
 ExecutorMode = Literal["warm", "cold"]
 
@@ -237,11 +237,11 @@ class Settings(BaseSettings):
         self.credentials()  # a bad tenants file stops the start-up, with its message
         return self
 
-    def credentials(self) -> tuple[tenants_file.Credential, ...]:
+    def credentials(self) -> tuple[Credential, ...]:
         """The API keys and their tenants (none: an open server, every call tenant "default")."""
         if self.tenants_file is None:
-            return tenants_file.single_key(self.api_key)
-        return tenants_file.load(self.tenants_file)
+            return single_key(self.api_key)
+        return load_credentials(self.tenants_file)
 
     def tenants(self) -> tuple[Tenant, ...]:
         """Every tenant the server serves (its fair share and queues), "default" when no file."""

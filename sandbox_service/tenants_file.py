@@ -44,7 +44,7 @@ def single_key(api_key: str | None) -> tuple[Credential, ...]:
     return () if not api_key else (Credential(api_key.encode(), DEFAULT_TENANT),)
 
 
-def load(path: Path) -> tuple[Credential, ...]:
+def load_credentials(path: Path) -> tuple[Credential, ...]:
     """The credentials in the tenants file at `path`."""
     try:
         text = path.read_text(encoding="utf-8")

@@ -13,6 +13,7 @@ from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import scoped, tenant_var
 from trainer_client.wire import ExecuteRequest
 
 
@@ -28,8 +29,9 @@ class ApiContext:
         """Admit, run and await the payloads; record their results and the route's time."""
         started = time.perf_counter()
         results = await self.dispatcher.submit(payloads)
+        tenant = tenant_var.get().name
         for result in results:
-            self.metrics.observe_result(result)
+            self.metrics.observe_result(result, tenant)
         self.metrics.request_duration.labels(route).observe(time.perf_counter() - started)
         return results
 
@@ -48,7 +50,9 @@ async def context(request: Request) -> ApiContext:
 
 
 def to_payload(request: ExecuteRequest) -> JobPayload:
-    """The job payload of one validated request (the dispatcher stamps queue fields)."""
+    """The job payload of one validated request (the dispatcher stamps queue fields); its
+    session is the calling tenant's (another tenant's same id is another session)."""
+    session_id = request.session_id
     return JobPayload(
         code=request.code,
         stdin=request.stdin,
@@ -56,6 +60,6 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         memory_mb=request.memory_mb,
         files=dict(request.files),
         fetch_files=tuple(request.fetch_files),
-        session_id=request.session_id,
+        session_id=None if session_id is None else scoped(tenant_var.get(), session_id),
         request_id=request_id_var.get(),
     )

@@ -3,9 +3,13 @@
 Jobs are ordinary RQ jobs (JSON serializer, never pickle), so `rq info` and RQ's registries see
 them. The API writes their records as RQ does, without RQ's Job objects (rq_format.py: a third
 of the CPU, tested against RQ's own). There is one shared queue, and each worker has its own
-queue (session cells go to the worker that holds the session, see session_store.py); a worker
-serves its own queue and the shared one in turn (RQ's round-robin dequeue: after a job from
-one, the other is tried first).
+queue (session cells go to the worker that holds the session, see session_store.py). With a
+tenants file each tenant has its own shared queue (keys.tenant_queue). A worker listens on its
+own queue and every tenant's queue with RQ's multi-queue BLPOP (the first non-empty queue of its
+list wins) and, after each job, reorders that list by fair_share.FairOrder: tenants in proportion
+to their weights, its own queue (session cells) as much as all tenants together, so neither
+session cells nor stateless calls starve the other. One tenant, no own queue traffic: RQ's
+round robin, as before.
 RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
 no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So `LeanWorker` keeps RQ's
 loop (blocking dequeue, registration, signals, suspension, maintenance) and replaces the per-job
@@ -34,7 +38,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,6 +56,7 @@ from sandbox_service import keys
 from sandbox_service.broker import rq_format
 from sandbox_service.cancel import NEVER_RAN
 from sandbox_service.execution import Status
+from sandbox_service.fair_share import FairOrder
 from sandbox_service.jobs import (
     JobPayload,
     ResultDict,
@@ -99,33 +104,48 @@ class JobState:
     """The RQ queue name the job was enqueued on."""
 
 
-# KEYS[1]: the shared queue's list, KEYS[2]: the alive set. A worker's own queue's list is
-# keys.rq_queue(keys.worker_queue(queue, worker)), that is KEYS[1] .. ':w:' .. worker.
+# KEYS[1]: the shared queue's list, KEYS[2]: the alive set, KEYS[3..]: the other tenants' shared
+# queues' lists. A worker's own queue's list is keys.rq_queue(keys.worker_queue(queue, worker)),
+# that is KEYS[1] .. ':w:' .. worker.
 _WAITING = """
 local depth = redis.call('LLEN', KEYS[1])
+for k = 3, #KEYS do depth = depth + redis.call('LLEN', KEYS[k]) end
 for _, worker in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   depth = depth + redis.call('LLEN', KEYS[1] .. ':w:' .. worker)
 end
 """
 
 DEPTH_SCRIPT = _WAITING + "return depth"
-"""Jobs waiting: in the shared queue and in the own queues of registered workers."""
+"""Jobs waiting: in the tenants' shared queues and in the own queues of registered workers."""
+
+ADMITTED, QUEUE_FULL, TENANT_QUEUE_FULL, IN_FLIGHT_QUOTA = 1, 0, 2, 3
+"""ADMIT_SCRIPT's verdicts on a group."""
 
 ADMIT_SCRIPT = (
     _WAITING
     + """
 local max_depth = tonumber(ARGV[1])
-local i = 3
+local now = ARGV[3]
+local i = 4
 local admitted = {}
 for g = 1, tonumber(ARGV[2]) do
-  local size, ncommands = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  i = i + 2
-  local fits = depth + size <= max_depth
-  if fits then depth = depth + size end
-  admitted[g] = fits and 1 or 0
+  local size, tenant_queue, share = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
+  local flight, max_flight, ncommands = ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  i = i + 6
+  local verdict = 1
+  if depth + size > max_depth then
+    verdict = 0
+  elseif redis.call('LLEN', tenant_queue) + size > share then
+    verdict = 2
+  elseif flight ~= '' then
+    redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
+    if redis.call('ZCARD', flight) + size > max_flight then verdict = 3 end
+  end
+  if verdict == 1 then depth = depth + size end
+  admitted[g] = verdict
   for _ = 1, ncommands do
     local nargs = tonumber(ARGV[i])
-    if fits then redis.call(unpack(ARGV, i + 1, i + nargs)) end
+    if verdict == 1 then redis.call(unpack(ARGV, i + 1, i + nargs)) end
     i = i + 1 + nargs
   end
 end
@@ -133,10 +153,28 @@ return admitted
 """
 )
 """Admission in one round trip (KEYS and ARGV from JobQueue.admission): each group is enqueued
-whole if the work waiting stays within its bound, else nothing of it; returns 1 or 0 per group.
-The work waiting is the shared queue plus the own queues (session cells) of registered workers.
-Atomic, so the bound is exact across API replicas too. Like RQ's own MULTI it touches keys it
-does not declare: one Redis (or one shard), as RQ needs anyway."""
+whole if the work waiting stays within its bound, its tenant's shared queue within the tenant's
+share of that bound, and the tenant's calls in flight within its quota; else nothing of it.
+Returns a verdict per group (ADMITTED, QUEUE_FULL, ...). The work waiting is every tenant's
+shared queue plus the own queues (session cells) of registered workers. Atomic, so the bounds
+are exact across API replicas too. Like RQ's own MULTI it touches keys it does not declare: one
+Redis (or one shard), as RQ needs anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupBounds:
+    """What one admitted group must fit in besides the queue's bound: its tenant's bounds."""
+
+    tenant_queue: str = ""
+    """RQ queue name of the tenant's shared queue (empty: the shared queue)."""
+    queue_share: int | None = None
+    """Most jobs the tenant's shared queue may hold (None: the queue's whole bound)."""
+    in_flight_key: str = ""
+    """The tenant's in-flight zset (empty: no quota of calls in flight)."""
+    max_in_flight: int = 0
+    expires_at: float = 0.0
+    """When the group's members stop counting in flight (epoch s): its wait's deadline."""
+
 
 WORKER_TTL_S = 60
 """RQ's worker registration TTL; RQ blocks in BLPOP for WORKER_TTL_S - 15 seconds at a time."""
@@ -192,18 +230,33 @@ class JobQueue:
         self._result_ttl_s = result_ttl_s
 
     def admission(
-        self, groups: Sequence[Sequence[NewJob]], max_depth: int
+        self,
+        groups: Sequence[Sequence[NewJob]],
+        max_depth: int,
+        bounds: Sequence[GroupBounds] | None = None,
+        tenant_queues: Sequence[str] = (),
     ) -> tuple[list[str], list[Any]]:
         """(KEYS, ARGV) of ADMIT_SCRIPT for these groups: the commands that enqueue each group
-        as RQ would, which the script runs for each group that fits (the caller sends it)."""
-        argv: list[Any] = [max_depth, len(groups)]
-        for group in groups:
+        as RQ would, which the script runs for each group that fits (the caller sends it).
+
+        `bounds`: each group's tenant bounds (None: none); `tenant_queues`: the RQ queue names
+        of the tenants' shared queues other than the shared one (they count in the depth)."""
+        argv: list[Any] = [max_depth, len(groups), time.time()]
+        for g, group in enumerate(groups):
+            bound = bounds[g] if bounds is not None else GroupBounds()
             commands = self._enqueue_commands(group)
-            argv += [len(group), len(commands)]
+            if bound.in_flight_key:
+                members = [part for job in group for part in (bound.expires_at, job.execution_id)]
+                commands.append(["ZADD", bound.in_flight_key, *members])
+                commands.append(["EXPIREAT", bound.in_flight_key, math.ceil(bound.expires_at)])
+            share = max_depth if bound.queue_share is None else bound.queue_share
+            argv += [len(group), keys.rq_queue(bound.tenant_queue or self._name), share]
+            argv += [bound.in_flight_key, bound.max_in_flight, len(commands)]
             for command in commands:
                 argv.append(len(command))
                 argv.extend(command)
-        return [keys.rq_queue(self._name), keys.alive(self._name)], argv
+        script_keys = [keys.rq_queue(self._name), keys.alive(self._name)]
+        return script_keys + [keys.rq_queue(q) for q in tenant_queues], argv
 
     def _enqueue_commands(self, jobs: Sequence[NewJob], at_front: bool = False) -> list[list[Any]]:
         # RQ's own records (rq_format.py), without its Job objects: per queue, its registration,
@@ -449,10 +502,17 @@ class LeanWorker(SimpleWorker):
         queue_name: str,
         result_ttl_s: int,
         own_queue: str | None = None,
+        tenant_weights: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        queues = [own_queue, queue_name] if own_queue else [queue_name]
+        weights = dict(tenant_weights or {"default": 1.0})
+        shares = {keys.tenant_queue(queue_name, t): w for t, w in weights.items()}
+        if own_queue:
+            shares = {own_queue: sum(weights.values()), **shares}
+        self._fair = FairOrder(shares)
+        queues = list(shares)
         super().__init__(queues, serializer=JSONSerializer, queue_class=LeanQueue, **kwargs)
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
         # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
         self._uses_intermediate_list = len(queues) == 1
         self._handler = handler
@@ -462,6 +522,11 @@ class LeanWorker(SimpleWorker):
         self._heartbeat_at = 0.0
         self._prepare_script = self.connection.register_script(PREPARE_SCRIPT)
         self._deliver_script = self.connection.register_script(DELIVER_SCRIPT)
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """After a job from `reference_queue`: the queues in fair-share order (module doc)."""
+        self._fair.served(reference_queue.name)
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
 
     # RQ calls these several times per job, each a round trip; rate-limit them.
     def set_state(self, state: str, pipeline: Any = None) -> None:
@@ -564,10 +629,12 @@ def work(
     handler: JobHandler,
     result_ttl_s: int,
     own_queue: str | None = None,
+    tenant_weights: Mapping[str, float] | None = None,
 ) -> None:
     """Run the worker loop until SIGTERM/SIGINT; rides out Redis outages with backoff.
 
-    `own_queue`: this worker's own queue (session cells), served in turn with the shared one.
+    `own_queue`: this worker's own queue (session cells), served in turn with the shared ones;
+    `tenant_weights`: the tenants whose shared queues it serves, by weight (None: "default").
     """
     backoff_s = 0.5
     while True:
@@ -579,14 +646,14 @@ def work(
             queue_name,
             result_ttl_s,
             own_queue,
+            tenant_weights,
             connection=connection,
             name=worker_name,
             worker_ttl=WORKER_TTL_S,
         )
         started = time.monotonic()
         try:
-            # Round robin: after a job from one queue the other is tried first, so that neither
-            # session cells nor stateless calls can starve the other on a busy worker.
+            # Fair share (reorder_queues): no queue starves another on a busy worker.
             worker.work(
                 logging_level=None,
                 max_idle_time=None,

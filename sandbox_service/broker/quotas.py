@@ -1,0 +1,85 @@
+"""Tenants' quotas in Redis, so that every API replica counts the same: sessions, and the end of
+calls in flight (their admission is counted in jobqueue.ADMIT_SCRIPT).
+
+Both are sorted sets whose scores are the times their members stop counting (keys.py): a
+member left behind by an API replica that died is pruned at that time, never counted forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+# KEYS[1]: the tenant's sessions zset. ARGV: now, expiry of the sessions used now, quota, ids...
+# Counts the ids not yet live; refuses (0) when they would take the tenant past its quota, else
+# (1) records every id with the new expiry.
+_CLAIM_SESSIONS = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local new = 0
+for i = 4, #ARGV do
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then new = new + 1 end
+end
+if new > 0 and redis.call('ZCARD', KEYS[1]) + new > tonumber(ARGV[3]) then return 0 end
+for i = 4, #ARGV do redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i]) end
+redis.call('EXPIREAT', KEYS[1], math.ceil(tonumber(ARGV[2])))
+return 1
+"""
+
+
+async def claim_sessions(
+    redis: aioredis.Redis,
+    key: str,
+    session_ids: Sequence[str],
+    now: float,
+    lifetime_s: float,
+    quota: int,
+) -> bool:
+    """Record the sessions as used now; False (nothing recorded) when the new ones among them
+    would take the tenant past `quota`."""
+    args: list[str | float] = [now, now + lifetime_s, quota, *session_ids]
+    reply = await redis.eval(_CLAIM_SESSIONS, 1, key, *args)
+    return bool(reply)
+
+
+class InFlightRelease:
+    """Removes ended calls from their tenants' in-flight sets, batched: `release` only notes
+    them; the task `run` sends what accumulated in one pipeline per round."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+        self._ended: dict[str, list[str]] = {}
+        self._wake = asyncio.Event()
+
+    def release(self, key: str, execution_ids: Sequence[str]) -> None:
+        """Stop counting these calls (`key`: their tenant's set; empty: not counted)."""
+        if key and execution_ids:
+            self._ended.setdefault(key, []).extend(execution_ids)
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Send releases as they come, until cancelled."""
+        while True:
+            await self._wake.wait()
+            try:
+                await self.flush()
+            except (RedisError, OSError) as exc:  # they expire at their deadline anyway
+                log.warning("releasing calls in flight failed: %s", exc)
+                await asyncio.sleep(0.1)
+
+    async def flush(self) -> None:
+        """Send what is noted now."""
+        self._wake.clear()
+        ended, self._ended = self._ended, {}
+        if not ended:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key, execution_ids in ended.items():
+                for start in range(0, len(execution_ids), 1024):
+                    pipe.zrem(key, *execution_ids[start : start + 1024])
+            await pipe.execute()
