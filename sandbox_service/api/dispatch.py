@@ -350,10 +350,16 @@ class Dispatcher:
         if not sessions:
             return list(jobs)
         queues = iter(self.sessions.route(sessions))
-        return [
-            replace(job, queue=next(queues)) if job.payload.session_id is not None else job
-            for job in jobs
-        ]
+        routed: list[NewJob] = []
+        for job in jobs:
+            queue = next(queues) if job.payload.session_id is not None else None
+            # The store answers the shared queue when no worker owns the session: the job
+            # then stays on its tenant's shared queue.
+            if queue is None or queue == self.settings.queue_name:
+                routed.append(job)
+            else:
+                routed.append(replace(job, queue=queue))
+        return routed
 
     def _route_groups(self, groups: Sequence[Sequence[NewJob]]) -> Sequence[Sequence[NewJob]]:
         if not any(job.payload.session_id is not None for group in groups for job in group):
