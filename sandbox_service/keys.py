@@ -18,6 +18,7 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
 | `rq:queue:<queue>:t:<tenant>` | list: a tenant's shared queue | API | workers | dequeued |
+| `<queue>:tenants` | hash: tenant -> weight | API (start, every 10 s) | workers | none |
 | `<queue>:in-flight:<tenant>` | zset: execution id -> give-up time | API | API | pruned |
 | `<queue>:sessions-of:<tenant>` | zset: session id -> expiry | API | API | pruned |
 
@@ -114,3 +115,8 @@ def in_flight(queue: str, tenant: str) -> str:
 def tenant_sessions(queue: str, tenant: str) -> str:
     """Sorted set of a tenant's live session ids (internal), scored by their expiry."""
     return f"{queue}:sessions-of:{tenant}"
+
+
+def tenants(queue: str) -> str:
+    """Hash of the tenants the API serves (name -> weight): which queues workers listen on."""
+    return f"{queue}:tenants"

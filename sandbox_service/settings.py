@@ -87,8 +87,8 @@ class Settings(BaseSettings):
     `Authorization: Bearer <api_key>`."""
     tenants_file: Path | None = None
     """TOML file of API keys, one `[[tenant]]` table each (`name`, `key`, optional `weight`,
-    `max_in_flight`, `max_sessions`; tenants_file.py); instead of api_key. Read at start-up by
-    the API (keys) and the workers (names and weights: one queue per tenant, fair share)."""
+    `max_in_flight`, `max_sessions`; tenants_file.py); instead of api_key. Read by the API at
+    start-up; the workers learn the names and weights from Redis, never the keys."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(

@@ -149,12 +149,22 @@ class Dispatcher:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
     async def start(self) -> None:
-        """Start the admission, listener and watchdog tasks."""
+        """Publish the tenants for the workers; start the admission, listener and watchdog
+        tasks."""
+        weights = {t.name: t.weight for t in self.settings.tenants()}
+        with contextlib.suppress(RedisError, OSError):  # else the publisher's next round
+            await quotas.publish_tenants(
+                self.redis, keys.tenants(self.settings.queue_name), weights
+            )
         self._tasks = [
             asyncio.create_task(self._admit_loop(), name="admission"),
             asyncio.create_task(self.awaiter.listen(), name="reply-listener"),
             asyncio.create_task(self.awaiter.watch(), name="watchdog"),
             asyncio.create_task(self._in_flight.run(), name="in-flight-release"),
+            asyncio.create_task(
+                quotas.keep_published(self.redis, keys.tenants(self.settings.queue_name), weights),
+                name="tenants-publisher",
+            ),
         ]
 
     async def stop(self) -> None:

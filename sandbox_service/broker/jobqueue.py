@@ -4,8 +4,10 @@ Jobs are ordinary RQ jobs (JSON serializer, never pickle), so `rq info` and RQ's
 them. The API writes their records as RQ does, without RQ's Job objects (rq_format.py: a third
 of the CPU, tested against RQ's own). There is one shared queue, and each worker has its own
 queue (session cells go to the worker that holds the session, see session_store.py). With a
-tenants file each tenant has its own shared queue (keys.tenant_queue). A worker listens on its
-own queue and every tenant's queue with RQ's multi-queue BLPOP (the first non-empty queue of its
+tenants file each tenant has its own shared queue (keys.tenant_queue); the API publishes the
+tenants and weights in Redis (keys.tenants) and idle workers re-read them every few seconds, so
+workers never hold the keys. A worker listens on its own queue and every tenant's queue with
+RQ's multi-queue BLPOP (the first non-empty queue of its
 list wins) and, after each job, reorders that list by fair_share.FairOrder: tenants in proportion
 to their weights, its own queue (session cells) as much as all tenants together, so neither
 session cells nor stateless calls starve the other. One tenant, no own queue traffic: RQ's
@@ -65,6 +67,7 @@ from sandbox_service.jobs import (
     failure_result,
 )
 from sandbox_service.logs import fields
+from sandbox_service.tenancy import TENANT_NAME
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -174,6 +177,22 @@ class GroupBounds:
     max_in_flight: int = 0
     expires_at: float = 0.0
     """When the group's members stop counting in flight (epoch s): its wait's deadline."""
+
+
+TENANTS_REFRESH_S = 5.0
+"""How often an idle worker re-reads the published tenants (and how long one dequeue blocks)."""
+
+
+def read_tenant_weights(connection: redis.Redis, queue_name: str) -> dict[str, float]:
+    """The tenants the API replicas published (name -> weight); malformed entries skipped."""
+    weights: dict[str, float] = {}
+    for raw_name, raw_weight in connection.hgetall(keys.tenants(queue_name)).items():
+        name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+        with contextlib.suppress(ValueError):
+            weight = float(raw_weight)
+            if TENANT_NAME.fullmatch(name) and math.isfinite(weight) and weight > 0:
+                weights[name] = weight
+    return dict(sorted(weights.items()))
 
 
 WORKER_TTL_S = 60
@@ -505,26 +524,73 @@ class LeanWorker(SimpleWorker):
         tenant_weights: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        weights = dict(tenant_weights or {"default": 1.0})
-        shares = {keys.tenant_queue(queue_name, t): w for t, w in weights.items()}
-        if own_queue:
-            shares = {own_queue: sum(weights.values()), **shares}
-        self._fair = FairOrder(shares)
-        queues = list(shares)
-        super().__init__(queues, serializer=JSONSerializer, queue_class=LeanQueue, **kwargs)
-        self._queue_by_name = {queue.name: queue for queue in self.queues}
-        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
-        self._uses_intermediate_list = len(queues) == 1
-        self._handler = handler
+        self._own_queue = own_queue
         self._queue_name = queue_name
+        # Fixed weights (tests, scripts) or those the API publishes, re-read while idle.
+        self._follows_published = tenant_weights is None
+        weights = dict(tenant_weights or {})
+        if self._follows_published:
+            with contextlib.suppress(redis.RedisError):
+                weights = read_tenant_weights(kwargs["connection"], queue_name)
+        self._weights = weights or {"default": 1.0}
+        self._tenants_read_at = time.monotonic()
+        super().__init__(
+            self._queue_names(), serializer=JSONSerializer, queue_class=LeanQueue, **kwargs
+        )
+        self._fair = FairOrder(self._shares())
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
+        self._dequeued_from_one = len(self.queues) == 1
+        self._handler = handler
         self._result_ttl_s = result_ttl_s
         self._suspension_checked_at = 0.0
         self._heartbeat_at = 0.0
         self._prepare_script = self.connection.register_script(PREPARE_SCRIPT)
         self._deliver_script = self.connection.register_script(DELIVER_SCRIPT)
 
+    def _shares(self) -> dict[str, float]:
+        shares = {keys.tenant_queue(self._queue_name, t): w for t, w in self._weights.items()}
+        if self._own_queue:
+            shares = {self._own_queue: sum(self._weights.values()), **shares}
+        return shares
+
+    def _queue_names(self) -> list[str]:
+        return list(self._shares())
+
+    @property
+    def dequeue_timeout(self) -> int:
+        """Seconds one blocking dequeue waits: short, so that an idle worker picks up a new
+        tenant's queue soon after an API publishes it."""
+        return math.ceil(TENANTS_REFRESH_S)
+
+    def _refresh_tenants(self) -> None:
+        """Re-read the published tenants (every TENANTS_REFRESH_S) and listen to their queues."""
+        now = time.monotonic()
+        if not self._follows_published or now - self._tenants_read_at < TENANTS_REFRESH_S:
+            return
+        self._tenants_read_at = now
+        weights = read_tenant_weights(self.connection, self._queue_name)
+        if not weights or weights == self._weights:
+            return  # nothing published (Redis restarted): keep serving what we know
+        self._weights = weights
+        self._fair = FairOrder(self._shares())
+        self.queues = [
+            self._queue_by_name.get(name)
+            or self.queue_class(
+                name=name,
+                connection=self.connection,
+                job_class=self.job_class,
+                serializer=self.serializer,
+            )
+            for name in self._queue_names()
+        ]
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
+        log.info("worker serves tenants", extra=fields(worker=self.name, tenants=weights))
+
     def reorder_queues(self, reference_queue: Queue) -> None:
         """After a job from `reference_queue`: the queues in fair-share order (module doc)."""
+        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
+        self._dequeued_from_one = len(self._ordered_queues) == 1
         self._fair.served(reference_queue.name)
         self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
 
@@ -535,6 +601,8 @@ class LeanWorker(SimpleWorker):
             super().set_state(state, pipeline=pipeline)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        if pipeline is None and self._state == WorkerStatus.IDLE:
+            self._refresh_tenants()  # RQ beats before each blocking dequeue
         now = time.monotonic()
         if (
             pipeline is None
@@ -595,7 +663,7 @@ class LeanWorker(SimpleWorker):
         record = self.connection.pipeline(transaction=False)
         try:
             job.prepare_for_execution(self.name, pipeline=record)
-            if self._uses_intermediate_list:
+            if self._dequeued_from_one:
                 record.lrem(queue.intermediate_queue_key, 1, job.id)
             argv: list[Any] = []
             for args, _ in record.command_stack:

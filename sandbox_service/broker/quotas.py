@@ -1,5 +1,6 @@
-"""Tenants' quotas in Redis, so that every API replica counts the same: sessions, and the end of
-calls in flight (their admission is counted in jobqueue.ADMIT_SCRIPT).
+"""Tenants in Redis, so that every API replica and worker agrees: the tenants and weights the
+workers serve (published by the API, which alone reads the keys), and the quotas: sessions,
+and the end of calls in flight (their admission is counted in jobqueue.ADMIT_SCRIPT).
 
 Both are sorted sets whose scores are the times their members stop counting (keys.py): a
 member left behind by an API replica that died is pruned at that time, never counted forever.
@@ -45,6 +46,28 @@ async def claim_sessions(
     args: list[str | float] = [now, now + lifetime_s, quota, *session_ids]
     reply = await redis.eval(_CLAIM_SESSIONS, 1, key, *args)
     return bool(reply)
+
+
+PUBLISH_EVERY_S = 10.0
+"""How often each API replica publishes its tenants (again after a Redis restart)."""
+
+
+async def publish_tenants(redis: aioredis.Redis, key: str, weights: dict[str, float]) -> None:
+    """Replace the published tenants (name -> weight) with `weights`, atomically."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.delete(key)
+        pipe.hset(key, mapping=weights)  # type: ignore[arg-type]
+        await pipe.execute()
+
+
+async def keep_published(redis: aioredis.Redis, key: str, weights: dict[str, float]) -> None:
+    """Publish the tenants every PUBLISH_EVERY_S, until cancelled."""
+    while True:
+        try:
+            await publish_tenants(redis, key, weights)
+        except (RedisError, OSError) as exc:
+            log.warning("publishing the tenants failed: %s", exc)
+        await asyncio.sleep(PUBLISH_EVERY_S)
 
 
 class InFlightRelease:

@@ -352,7 +352,6 @@ def run(settings: Settings, slot: int) -> int:
             runner,
             settings.result_ttl_s,
             own_queue,
-            {tenant.name: tenant.weight for tenant in settings.tenants()},
         )
     finally:
         watcher.stop()
