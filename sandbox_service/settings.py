@@ -18,7 +18,12 @@ from pydantic_settings import (
 
 from sandbox_service.execution import Limits
 from sandbox_service.tenancy import DEFAULT_TENANT, Tenant
-from sandbox_service.tenants_file import Credential, load_credentials, single_key
+from sandbox_service.tenants_file import (
+    Credential,
+    TenantsFileError,
+    load_credentials,
+    single_key,
+)
 
 ExecutorMode = Literal["warm", "cold"]
 
@@ -87,8 +92,9 @@ class Settings(BaseSettings):
     `Authorization: Bearer <api_key>`."""
     tenants_file: Path | None = None
     """TOML file of API keys, one `[[tenant]]` table each (`name`, `key`, optional `weight`,
-    `max_in_flight`, `max_sessions`; tenants_file.py); instead of api_key. Read by the API at
-    start-up; the workers learn the names and weights from Redis, never the keys."""
+    `max_in_flight`, `max_sessions`; tenants_file.py); with api_key too, that key is one more
+    tenant, "default". Read by the API at start-up; the workers learn the names and weights
+    from Redis, never the keys."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(
@@ -230,18 +236,24 @@ class Settings(BaseSettings):
             )
         return self
 
-    @model_validator(mode="after")
-    def _tenants_readable(self) -> Settings:
-        if self.tenants_file is not None and self.api_key is not None:
-            raise ValueError("set api_key or tenants_file, not both (a single key is a tenant)")
-        self.credentials()  # a bad tenants file stops the start-up, with its message
-        return self
-
     def credentials(self) -> tuple[Credential, ...]:
-        """The API keys and their tenants (none: an open server, every call tenant "default")."""
+        """The API keys and their tenants (none: an open server, every call tenant "default").
+
+        `api_key` is tenant "default"; with a tenants file too, one more tenant besides the
+        file's (which then may not name one "default" or reuse that key). Reads the file:
+        TenantsFileError when it is not valid (the API checks it before it serves)."""
+        single = single_key(self.api_key)
         if self.tenants_file is None:
-            return single_key(self.api_key)
-        return load_credentials(self.tenants_file)
+            return single
+        found = load_credentials(self.tenants_file)
+        if single and any(
+            c.tenant.name == DEFAULT_TENANT.name or c.key == single[0].key for c in found
+        ):
+            raise TenantsFileError(
+                "api_key is tenant 'default': the tenants file must not name a tenant "
+                "'default' nor give it the same key"
+            )
+        return single + found
 
     def tenants(self) -> tuple[Tenant, ...]:
         """Every tenant the server serves (its fair share and queues), "default" when no file."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from sandbox_service.settings import Settings
 from sandbox_service.tenancy import DEFAULT_TENANT, Tenant
@@ -70,12 +72,25 @@ def test_settings_read_the_file_and_refuse_a_bad_one(tmp_path: Path) -> None:
     assert [t.name for t in settings.tenants()] == ["run-a", "run_b"]
     bad = tmp_path / "bad.toml"
     bad.write_text("[[tenant]]\nname = 'a'\n")
-    with pytest.raises(ValidationError, match="`key`"):
-        Settings(tenants_file=bad)
-    with pytest.raises(ValidationError, match="cannot be read"):
-        Settings(tenants_file=tmp_path / "missing.toml")
-    with pytest.raises(ValidationError, match="not both"):
-        Settings(tenants_file=good, api_key="k")
+    with pytest.raises(TenantsFileError, match="`key`"):
+        Settings(tenants_file=bad).credentials()
+    with pytest.raises(TenantsFileError, match="cannot be read"):
+        Settings(tenants_file=tmp_path / "missing.toml").credentials()
+    both = Settings(tenants_file=good, api_key="k")
+    assert [t.name for t in both.tenants()] == ["default", "run-a", "run_b"]
+    with pytest.raises(TenantsFileError, match="'default'"):
+        Settings(tenants_file=good, api_key="key-a").credentials()  # the same key twice
+
+
+def test_the_api_refuses_to_start_on_a_bad_file_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[tenant]]\nname = 'a'\nkey = 'k'\nweight = -1\n")
+    env = {**os.environ, "RL_SANDBOX_TENANTS_FILE": str(bad), "RL_SANDBOX_REDIS_URL": "redis://x"}
+    command = [sys.executable, "-m", "sandbox_service.cli", "api", "--port", "0"]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "tenant 0 (a): `weight` must be a finite number > 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_single_key_is_the_default_tenant_and_no_key_an_open_server() -> None:
