@@ -44,11 +44,11 @@ async def closed_loop(
     concurrency: int,
     code: str,
     stop: asyncio.Event,
-    latencies: list[float],
+    latencies: list[tuple[float, float]],
     wanted: int | None = None,
 ) -> None:
     """Send calls from `concurrency` loops until `stop` is set (or `wanted` calls are done);
-    append their latencies."""
+    append their (latency, queue time)."""
 
     async def loop() -> None:
         while not stop.is_set():
@@ -58,7 +58,7 @@ async def closed_loop(
             )
             if response.status_code != 200 or response.json()["status"] != "ok":
                 raise RuntimeError(f"call failed: {response.status_code} {response.text[:200]}")
-            latencies.append(time.perf_counter() - started)
+            latencies.append((time.perf_counter() - started, response.json()["queue_time"]))
             if wanted is not None and len(latencies) >= wanted:
                 stop.set()
 
@@ -71,8 +71,8 @@ async def phase(
     """The light tenant's latencies over `args.calls` calls, with a flood under `flood_key`."""
     code = f"import time; time.sleep({args.sleep_s})"
     stop_light, stop_flood = asyncio.Event(), asyncio.Event()
-    light_latencies: list[float] = []
-    flood_latencies: list[float] = []
+    light_latencies: list[tuple[float, float]] = []
+    flood_latencies: list[tuple[float, float]] = []
     flood = None
     if flood_key:
         concurrency = args.light * args.ratio
@@ -82,7 +82,8 @@ async def phase(
         await asyncio.sleep(2.0)  # the flood's backlog is built before the light calls start
     started = time.perf_counter()
     await closed_loop(http, "key-light", args.light, code, stop_light, light_latencies, args.calls)
-    latencies = sorted(light_latencies)
+    latencies = sorted(latency for latency, _ in light_latencies)
+    queue_times = sorted(queue_time for _, queue_time in light_latencies)
     elapsed = time.perf_counter() - started
     flood_calls = len(flood_latencies)
     if flood is not None:
@@ -92,6 +93,7 @@ async def phase(
         "light_calls": len(latencies),
         "light_p50_s": round(statistics.median(latencies), 4),
         "light_p90_s": round(latencies[int(0.9 * (len(latencies) - 1))], 4),
+        "light_queue_p50_s": round(statistics.median(queue_times), 4),
         "light_calls_per_s": round(len(latencies) / elapsed, 1),
         "flood_calls": flood_calls,
     }
@@ -128,8 +130,9 @@ def main() -> None:
     for name, row in rows.items():
         ratio = row["light_p50_s"] / alone
         p50, p90 = row["light_p50_s"] * 1000, row["light_p90_s"] * 1000
-        print(f"{name:32} p50 {p50:7.1f} ms ({ratio:4.2f}x alone)  p90 {p90:7.1f} ms  "
-              f"flood calls {row['flood_calls']}")  # fmt: skip
+        queue = row["light_queue_p50_s"] * 1000
+        print(f"{name:30} p50 {p50:6.1f} ms ({ratio:4.2f}x alone)  p90 {p90:6.1f} ms  "
+              f"queue p50 {queue:6.1f} ms  flood calls {row['flood_calls']}")  # fmt: skip
     print(json.dumps({"args": vars(args), "rows": rows}))
 
 
