@@ -215,7 +215,8 @@ class Dispatcher:
                 start_by=start_by,
             )
             futures.append(self.awaiter.track(execution_id, stamped, queue))
-            jobs.append(replace(NewJob.of(execution_id, stamped, self.settings), queue=queue))
+            job = NewJob.of(execution_id, stamped, self.settings)
+            jobs.append(replace(job, queue=queue) if queue else job)
         execution_ids = [job.execution_id for job in jobs]
         admission = self._request_admission(jobs, bounds)
         try:

@@ -107,9 +107,13 @@ class Edge:
             await send(message)
 
         tenant_token = None
+        label = DEFAULT_TENANT.name  # the metrics' tenant: "" for a request of no tenant
         try:
-            if self._credentials and path not in OPEN_PATHS:
-                tenant = self._tenant_of(headers)
+            if self._credentials:
+                label = ""
+                if path not in OPEN_PATHS:
+                    tenant = self._tenant_of(headers)
+                    label = tenant.name if tenant is not None else ""
             if tenant is None:
                 await _reply(
                     send_wrapper,
@@ -138,7 +142,7 @@ class Edge:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-            self._on_response(route, status, tenant.name if tenant is not None else "")
+            self._on_response(route, status, label)
             log.info(
                 "%s %s %d",
                 scope["method"],

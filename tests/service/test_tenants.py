@@ -66,6 +66,9 @@ async def test_each_key_is_served_and_a_wrong_or_missing_key_is_401(
     for headers in ({}, {"Authorization": "Bearer key-gamma"}, {"Authorization": "key-alpha"}):
         assert (await run(http, headers, "print(1)")).status_code == 401
         assert (await http.delete("/sessions/s", headers=headers)).status_code == 401
+    metrics = (await http.get("/metrics")).text
+    assert 'rl_sandbox_http_responses_total{code="401",route="/execute",tenant=""} 3.0' in metrics
+    assert 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="beta"}' in metrics
 
 
 async def test_a_tenants_sessions_are_invisible_to_the_other(http: httpx.AsyncClient) -> None:
