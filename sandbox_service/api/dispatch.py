@@ -201,7 +201,7 @@ class Dispatcher:
             self._bounds_of(tenant),
             expires_at=admitted_at + self.settings.api_wait_s(self.settings.max_timeout),
         )
-        await self._claim_sessions(tenant, payloads, admitted_at)
+        new_sessions = await self._claim_sessions(tenant, payloads, admitted_at)
         start_by = admitted_at + self.settings.queue_deadline_s
         jobs: list[NewJob] = []
         futures: list[asyncio.Future[ResultDict]] = []
@@ -229,9 +229,11 @@ class Dispatcher:
             raise
         except BaseException:
             self.awaiter.outstanding.discard(execution_ids)
+            await self._unclaim_sessions(tenant, new_sessions)
             raise
         if verdict != jobqueue.ADMITTED:
             self.awaiter.outstanding.discard(execution_ids)
+            await self._unclaim_sessions(tenant, new_sessions)
             raise self._refusal(verdict, tenant, bounds)
         self.awaiter.mark_admitted(execution_ids)
         try:
@@ -259,28 +261,36 @@ class Dispatcher:
 
     async def _claim_sessions(
         self, tenant: Tenant, payloads: Sequence[JobPayload], now: float
-    ) -> None:
-        """Count the request's new sessions against the tenant's quota (429 past it)."""
+    ) -> list[str]:
+        """Count the request's sessions against the tenant's quota (429 past it); the new ones."""
         if tenant.max_sessions is None:
-            return
+            return []
         session_ids = {p.session_id for p in payloads if p.session_id and not p.end_session}
         if not session_ids:
-            return
+            return []
         lifetime_s = self.settings.session_ttl_s + self.settings.api_wait_s(
             self.settings.max_timeout
         )
         key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
         try:
-            fits = await quotas.claim_sessions(
+            new = await quotas.claim_sessions(
                 self.redis, key, sorted(session_ids), now, lifetime_s, tenant.max_sessions
             )
         except (RedisError, OSError) as exc:
             raise Unavailable(f"redis unavailable: {exc}") from exc
-        if not fits:
+        if new is None:
             raise Overloaded(
                 f"tenant {tenant.name!r} has its quota of sessions ({tenant.max_sessions})",
                 "session_quota",
             )
+        return new
+
+    async def _unclaim_sessions(self, tenant: Tenant, session_ids: list[str]) -> None:
+        """Stop counting these sessions (ended, or new in a request that was not admitted)."""
+        if session_ids:
+            key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
+            with contextlib.suppress(RedisError, OSError):
+                await quotas.forget_sessions(self.redis, key, session_ids)
 
     def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> None:
         """Nobody waits for these any more (the client went away): drop the jobs not started,
@@ -347,9 +357,7 @@ class Dispatcher:
         """Stop counting an ended session against its tenant's quota."""
         tenant = tenant_var.get()
         if tenant.max_sessions is not None:
-            key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
-            with contextlib.suppress(RedisError, OSError):
-                await self.redis.zrem(key, session_id)
+            await self._unclaim_sessions(tenant, [session_id])
 
     def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
         """The jobs with their queues set: session work to its owner's own queue (blocking)."""

@@ -18,18 +18,18 @@ from redis.exceptions import RedisError
 log = logging.getLogger(__name__)
 
 # KEYS[1]: the tenant's sessions zset. ARGV: now, expiry of the sessions used now, quota, ids...
-# Counts the ids not yet live; refuses (0) when they would take the tenant past its quota, else
-# (1) records every id with the new expiry.
+# Refuses (false) when the ids not yet live would take the tenant past its quota; else records
+# every id with the new expiry and returns the new ones (a table, perhaps empty).
 _CLAIM_SESSIONS = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local new = 0
+local new = {}
 for i = 4, #ARGV do
-  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then new = new + 1 end
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then table.insert(new, ARGV[i]) end
 end
-if new > 0 and redis.call('ZCARD', KEYS[1]) + new > tonumber(ARGV[3]) then return 0 end
+if #new > 0 and redis.call('ZCARD', KEYS[1]) + #new > tonumber(ARGV[3]) then return false end
 for i = 4, #ARGV do redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i]) end
 redis.call('EXPIREAT', KEYS[1], math.ceil(tonumber(ARGV[2])))
-return 1
+return new
 """
 
 
@@ -40,12 +40,20 @@ async def claim_sessions(
     now: float,
     lifetime_s: float,
     quota: int,
-) -> bool:
-    """Record the sessions as used now; False (nothing recorded) when the new ones among them
-    would take the tenant past `quota`."""
+) -> list[str] | None:
+    """Record the sessions as used now and return the new ones among them; None (nothing
+    recorded) when those would take the tenant past `quota`."""
     args: list[str | float] = [now, now + lifetime_s, quota, *session_ids]
     reply = await redis.eval(_CLAIM_SESSIONS, 1, key, *args)
-    return bool(reply)
+    if reply is None:
+        return None
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in reply]
+
+
+async def forget_sessions(redis: aioredis.Redis, key: str, session_ids: Sequence[str]) -> None:
+    """Stop counting these sessions (ended, or claimed by a request that was not admitted)."""
+    if session_ids:
+        await redis.zrem(key, *session_ids)
 
 
 PUBLISH_EVERY_S = 10.0

@@ -51,6 +51,16 @@ async def http(tenants_stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+async def alpha_in_flight(stack: Stack, client: redis.Redis, count: int) -> None:
+    """Wait (up to 10 s) until alpha's admitted, unanswered calls number `count`."""
+    key = keys.in_flight(stack.queue, "alpha")
+    for _ in range(200):
+        if client.zcard(key) == count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"alpha never had {count} calls in flight ({client.zcard(key)})")
+
+
 async def run(
     http: httpx.AsyncClient, headers: dict[str, str], code: str, **body: object
 ) -> httpx.Response:
@@ -91,10 +101,10 @@ async def test_a_tenants_sessions_are_invisible_to_the_other(http: httpx.AsyncCl
 
 
 async def test_the_in_flight_quota_is_429_for_that_tenant_only_and_freed_on_every_end(
-    http: httpx.AsyncClient,
+    http: httpx.AsyncClient, tenants_stack: Stack, redis_client: redis.Redis
 ) -> None:
     slow = [asyncio.create_task(run(http, ALPHA, "import time; time.sleep(2)")) for _ in range(2)]
-    await asyncio.sleep(0.5)
+    await alpha_in_flight(tenants_stack, redis_client, 2)
     over = await run(http, ALPHA, "print(1)")
     assert over.status_code == 429, over.text
     assert over.headers["retry-after"] == "3" and "in flight" in over.json()["detail"]
@@ -105,18 +115,23 @@ async def test_the_in_flight_quota_is_429_for_that_tenant_only_and_freed_on_ever
         for _ in range(2):
             with pytest.raises(httpx.TimeoutException):
                 await run(impatient, ALPHA, "import time; time.sleep(5)")
-    for _ in range(100):
-        response = await run(http, ALPHA, "print(2)")
-        if response.status_code == 200:
-            break
-        await asyncio.sleep(0.1)
+    await alpha_in_flight(tenants_stack, redis_client, 0)
+    response = await run(http, ALPHA, "print(2)")
     assert response.status_code == 200 and response.json()["stdout"] == "2\n"
     metrics = (await http.get("/metrics")).text
     assert 'rl_sandbox_rejected_requests_total{reason="in_flight_quota",tenant="alpha"}' in metrics
     assert 'rl_sandbox_executions_total{status="ok",tenant="beta"}' in metrics
 
 
-async def test_the_session_quota_is_429_until_a_session_ends(http: httpx.AsyncClient) -> None:
+async def test_the_session_quota_is_429_until_a_session_ends(
+    http: httpx.AsyncClient, tenants_stack: Stack, redis_client: redis.Redis
+) -> None:
+    # A new session in a call refused for another reason is not counted.
+    slow = [asyncio.create_task(run(http, ALPHA, "import time; time.sleep(2)")) for _ in range(2)]
+    await alpha_in_flight(tenants_stack, redis_client, 2)
+    refused = await run(http, ALPHA, "x = 1", session_id="never-admitted")
+    assert refused.status_code == 429 and "in flight" in refused.json()["detail"]
+    assert all(r.status_code == 200 for r in await asyncio.gather(*slow))
     for name in ("q1", "q2"):
         assert (await run(http, ALPHA, "x = 1", session_id=name)).status_code == 200
     third = await run(http, ALPHA, "x = 1", session_id="q3")
