@@ -197,10 +197,10 @@ class Dispatcher:
             raise Unavailable("the server is shutting down")
         tenant = tenant_var.get()
         admitted_at = time.time()
-        bounds = replace(
-            self._bounds_of(tenant),
-            expires_at=admitted_at + self.settings.api_wait_s(self.settings.max_timeout),
-        )
+        bounds = self._bounds_of(tenant)
+        if bounds.in_flight_key:
+            wait_s = self.settings.api_wait_s(self.settings.max_timeout)
+            bounds = replace(bounds, expires_at=admitted_at + wait_s)
         new_sessions = await self._claim_sessions(tenant, payloads, admitted_at)
         start_by = admitted_at + self.settings.queue_deadline_s
         jobs: list[NewJob] = []
