@@ -18,17 +18,17 @@ from tests.service.stack import Stack, stack_env, wait_list_length
 
 TENANTS = """
 [[tenant]]
-name = "alpha"
-key = "key-alpha"
+name = "omega"
+key = "key-omega"
 max_in_flight = 2
 max_sessions = 2
 
 [[tenant]]
-name = "beta"
-key = "key-beta"
+name = "alpha"
+key = "key-alpha"
 """
+OMEGA = {"Authorization": "Bearer key-omega"}
 ALPHA = {"Authorization": "Bearer key-alpha"}
-BETA = {"Authorization": "Bearer key-beta"}
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +51,14 @@ async def http(tenants_stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def alpha_in_flight(stack: Stack, client: redis.Redis, count: int) -> None:
-    """Wait (up to 10 s) until alpha's admitted, unanswered calls number `count`."""
-    key = keys.in_flight(stack.queue, "alpha")
+async def omega_in_flight(stack: Stack, client: redis.Redis, count: int) -> None:
+    """Wait (up to 10 s) until omega's admitted, unanswered calls number `count`."""
+    key = keys.in_flight(stack.queue, "omega")
     for _ in range(200):
         if client.zcard(key) == count:
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"alpha never had {count} calls in flight ({client.zcard(key)})")
+    raise AssertionError(f"omega never had {count} calls in flight ({client.zcard(key)})")
 
 
 async def run(
@@ -70,79 +70,79 @@ async def run(
 async def test_each_key_is_served_and_a_wrong_or_missing_key_is_401(
     http: httpx.AsyncClient,
 ) -> None:
-    for headers in (ALPHA, BETA):
+    for headers in (OMEGA, ALPHA):
         response = await run(http, headers, "print(6 * 7)")
         assert response.status_code == 200 and response.json()["stdout"] == "42\n"
-    for headers in ({}, {"Authorization": "Bearer key-gamma"}, {"Authorization": "key-alpha"}):
+    for headers in ({}, {"Authorization": "Bearer key-gamma"}, {"Authorization": "key-omega"}):
         assert (await run(http, headers, "print(1)")).status_code == 401
         assert (await http.delete("/sessions/s", headers=headers)).status_code == 401
     metrics = (await http.get("/metrics")).text
     assert 'rl_sandbox_http_responses_total{code="401",route="/execute",tenant=""} 3.0' in metrics
-    assert 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="beta"}' in metrics
+    assert 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="alpha"}' in metrics
 
 
 async def test_a_tenants_sessions_are_invisible_to_the_other(http: httpx.AsyncClient) -> None:
-    first = await run(http, ALPHA, "secret = 'alpha-only'", session_id="shared-name")
+    first = await run(http, OMEGA, "secret = 'omega-only'", session_id="shared-name")
     assert first.json()["status"] == "ok"
     # The same id under the other key is another, fresh session.
-    other = await run(http, BETA, "print(secret)", session_id="shared-name")
+    other = await run(http, ALPHA, "print(secret)", session_id="shared-name")
     assert other.json()["status"] == "error" and "NameError" in other.json()["stderr"]
-    # Beta cannot end alpha's session: its id does not exist for beta.
-    await run(http, ALPHA, "pass", session_id="alpha-private")
-    assert (await http.delete("/sessions/alpha-private", headers=BETA)).status_code == 404
-    kept = await run(http, ALPHA, "print(secret)", session_id="shared-name")
-    assert kept.json()["stdout"] == "alpha-only\n"
-    # Beta's delete of its own same-named session leaves alpha's alone.
-    assert (await http.delete("/sessions/shared-name", headers=BETA)).status_code == 204
-    kept = await run(http, ALPHA, "print(secret)", session_id="shared-name")
-    assert kept.json()["stdout"] == "alpha-only\n"
-    for name in ("shared-name", "alpha-private"):
-        assert (await http.delete(f"/sessions/{name}", headers=ALPHA)).status_code == 204
+    # Alpha cannot end omega's session: its id does not exist for alpha.
+    await run(http, OMEGA, "pass", session_id="omega-private")
+    assert (await http.delete("/sessions/omega-private", headers=ALPHA)).status_code == 404
+    kept = await run(http, OMEGA, "print(secret)", session_id="shared-name")
+    assert kept.json()["stdout"] == "omega-only\n"
+    # Alpha's delete of its own same-named session leaves omega's alone.
+    assert (await http.delete("/sessions/shared-name", headers=ALPHA)).status_code == 204
+    kept = await run(http, OMEGA, "print(secret)", session_id="shared-name")
+    assert kept.json()["stdout"] == "omega-only\n"
+    for name in ("shared-name", "omega-private"):
+        assert (await http.delete(f"/sessions/{name}", headers=OMEGA)).status_code == 204
 
 
 async def test_the_in_flight_quota_is_429_for_that_tenant_only_and_freed_on_every_end(
     http: httpx.AsyncClient, tenants_stack: Stack, redis_client: redis.Redis
 ) -> None:
-    slow = [asyncio.create_task(run(http, ALPHA, "import time; time.sleep(2)")) for _ in range(2)]
-    await alpha_in_flight(tenants_stack, redis_client, 2)
-    over = await run(http, ALPHA, "print(1)")
+    slow = [asyncio.create_task(run(http, OMEGA, "import time; time.sleep(2)")) for _ in range(2)]
+    await omega_in_flight(tenants_stack, redis_client, 2)
+    over = await run(http, OMEGA, "print(1)")
     assert over.status_code == 429, over.text
     assert over.headers["retry-after"] == "3" and "in flight" in over.json()["detail"]
-    assert (await run(http, BETA, "print(1)")).status_code == 200  # the other tenant is served
+    assert (await run(http, ALPHA, "print(1)")).status_code == 200  # the other tenant is served
     assert all(r.status_code == 200 for r in await asyncio.gather(*slow))
     # A client that goes away frees its calls too.
     async with httpx.AsyncClient(base_url=str(http.base_url), timeout=0.5) as impatient:
         for _ in range(2):
             with pytest.raises(httpx.TimeoutException):
-                await run(impatient, ALPHA, "import time; time.sleep(5)")
-    await alpha_in_flight(tenants_stack, redis_client, 0)
-    response = await run(http, ALPHA, "print(2)")
+                await run(impatient, OMEGA, "import time; time.sleep(5)")
+    await omega_in_flight(tenants_stack, redis_client, 0)
+    response = await run(http, OMEGA, "print(2)")
     assert response.status_code == 200 and response.json()["stdout"] == "2\n"
     metrics = (await http.get("/metrics")).text
-    assert 'rl_sandbox_rejected_requests_total{reason="in_flight_quota",tenant="alpha"}' in metrics
-    assert 'rl_sandbox_executions_total{status="ok",tenant="beta"}' in metrics
+    assert 'rl_sandbox_rejected_requests_total{reason="in_flight_quota",tenant="omega"}' in metrics
+    assert 'rl_sandbox_executions_total{status="ok",tenant="alpha"}' in metrics
 
 
 async def test_the_session_quota_is_429_until_a_session_ends(
     http: httpx.AsyncClient, tenants_stack: Stack, redis_client: redis.Redis
 ) -> None:
     # A new session in a call refused for another reason is not counted.
-    slow = [asyncio.create_task(run(http, ALPHA, "import time; time.sleep(2)")) for _ in range(2)]
-    await alpha_in_flight(tenants_stack, redis_client, 2)
-    refused = await run(http, ALPHA, "x = 1", session_id="never-admitted")
+    slow = [asyncio.create_task(run(http, OMEGA, "import time; time.sleep(2)")) for _ in range(2)]
+    await omega_in_flight(tenants_stack, redis_client, 2)
+    refused = await run(http, OMEGA, "x = 1", session_id="never-admitted")
     assert refused.status_code == 429 and "in flight" in refused.json()["detail"]
     assert all(r.status_code == 200 for r in await asyncio.gather(*slow))
     for name in ("q1", "q2"):
-        assert (await run(http, ALPHA, "x = 1", session_id=name)).status_code == 200
-    third = await run(http, ALPHA, "x = 1", session_id="q3")
+        assert (await run(http, OMEGA, "x = 1", session_id=name)).status_code == 200
+    third = await run(http, OMEGA, "x = 1", session_id="q3")
     assert third.status_code == 429 and "sessions" in third.json()["detail"]
-    assert (await run(http, ALPHA, "x += 1", session_id="q1")).status_code == 200  # a live one
-    assert (await run(http, BETA, "x = 1", session_id="q3")).status_code == 200  # other tenant
-    assert (await http.delete("/sessions/q1", headers=ALPHA)).status_code == 204
-    assert (await run(http, ALPHA, "x = 1", session_id="q3")).status_code == 200
+    assert (await run(http, OMEGA, "x += 1", session_id="q1")).status_code == 200  # a live one
+    assert (await run(http, ALPHA, "x = 1", session_id="q3")).status_code == 200  # other tenant
+    assert (await http.delete("/sessions/q1", headers=OMEGA)).status_code == 204
+    assert (await run(http, OMEGA, "x = 1", session_id="q3")).status_code == 200
     for name in ("q2", "q3"):
-        assert (await http.delete(f"/sessions/{name}", headers=ALPHA)).status_code == 204
-    assert (await http.delete("/sessions/q3", headers=BETA)).status_code == 204
+        assert (await http.delete(f"/sessions/{name}", headers=OMEGA)).status_code == 204
+    assert (await http.delete("/sessions/q3", headers=ALPHA)).status_code == 204
 
 
 async def batch(
@@ -155,18 +155,19 @@ async def batch(
 async def test_a_flooding_tenant_neither_fills_the_queue_nor_the_workers_for_the_other(
     http: httpx.AsyncClient, tenants_stack: Stack, redis_client: redis.Redis
 ) -> None:
-    beta_queue = keys.rq_queue(keys.tenant_queue(tenants_stack.queue, "beta"))
+    alpha_queue = keys.rq_queue(keys.tenant_queue(tenants_stack.queue, "alpha"))
     slow = [f"import time; time.sleep(2); print({i})" for i in range(6)]
-    # Beta's share of the bound of 8 is 4: a batch of 4 fits, the two workers run two of it.
-    first = asyncio.create_task(batch(http, BETA, slow[:4]))
-    await wait_list_length(redis_client, beta_queue, 2)
-    second = asyncio.create_task(batch(http, BETA, slow[4:]))
-    await wait_list_length(redis_client, beta_queue, 4)
-    refused = await run(http, BETA, "print('more')")
+    # Alpha's share of the bound of 8 is 4: a batch of 4 fits, the two workers run two of it.
+    first = asyncio.create_task(batch(http, ALPHA, slow[:4]))
+    await wait_list_length(redis_client, alpha_queue, 2)
+    second = asyncio.create_task(batch(http, ALPHA, slow[4:]))
+    await wait_list_length(redis_client, alpha_queue, 4)
+    refused = await run(http, ALPHA, "print('more')")
     assert refused.status_code == 429 and "share of the queue" in refused.json()["detail"]
-    # Alpha is admitted, and served by the next free worker, ahead of beta's backlog of 4.
-    answered = await run(http, ALPHA, "print('alpha')")
-    assert answered.status_code == 200 and answered.json()["stdout"] == "alpha\n"
-    assert redis_client.llen(beta_queue) >= 2, "alpha waited behind beta's backlog"
+    # Omega is admitted, and served by the next free worker, ahead of alpha's backlog of 4
+    # (workers list the tenants' queues by name: a fixed order would serve alpha's first).
+    answered = await run(http, OMEGA, "print('omega')")
+    assert answered.status_code == 200 and answered.json()["stdout"] == "omega\n"
+    assert redis_client.llen(alpha_queue) >= 2, "omega waited behind alpha's backlog"
     results = [r for response in (await first, await second) for r in response.json()["results"]]
     assert [r["stdout"] for r in results] == [f"{i}\n" for i in range(6)]
