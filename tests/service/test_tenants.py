@@ -14,7 +14,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.local.redis_server import RedisServer
-from tests.service.stack import Stack, stack_env, wait_list_length
+from tests.service.stack import Stack, spawn, stack_env, stop, wait_list_length
 
 TENANTS = """
 [[tenant]]
@@ -33,16 +33,23 @@ ALPHA = {"Authorization": "Bearer key-alpha"}
 
 @pytest.fixture(scope="module")
 def tenants_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
-    """Two workers, and an API with two tenants and a queue bound of 8 (a share of 4 each)."""
+    """Two workers, and an API with two tenants and a queue bound of 8 (a share of 4 each).
+
+    The workers are not given the tenants file: they learn the tenants from Redis."""
     path = logs_dir / "tenants.toml"
     path.write_text(TENANTS)
     env = stack_env(
         redis_server.url, "tenants", 62800,
-        tenants_file=path, max_queue_depth=8, retry_after_s=3, poll_interval_s=0.3,
+        max_queue_depth=8, retry_after_s=3, poll_interval_s=0.3,
     )  # fmt: skip
-    stack = Stack(env, logs_dir / "tenants.log").start()
-    yield stack
-    stack.stop()
+    log = logs_dir / "tenants.log"
+    workers = spawn(["worker"], env, log)
+    api = Stack({**env, "RL_SANDBOX_TENANTS_FILE": str(path)}, log, workers=False)
+    try:
+        yield api.start()
+    finally:
+        api.stop()
+        stop(workers)
 
 
 @pytest.fixture
