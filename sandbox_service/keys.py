@@ -19,6 +19,15 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
 | `<queue>:group:<g>` | set: group's unanswered ids, `-` | API, workers | any API | group TTL |
 | `<queue>:gsessions:<g>` | set: sessions of group `<g>` | API | any API (cancel) | group TTL |
+| `rq:queue:<queue>:t:<tenant>` | list: a tenant's shared queue | API | workers | dequeued |
+| `<queue>:tenants` | hash: tenant -> weight | API (start, every 10 s) | workers | none |
+| `<queue>:in-flight:<tenant>` | zset: execution id -> give-up time | API | API | pruned |
+| `<queue>:sessions-of:<tenant>` | zset: session id -> expiry | API | API | pruned |
+
+Tenant "default" (an open server, or a single `api_key`) uses the shared queue `<queue>` itself,
+so a deployment without a tenants file has the keys it always had. The two tenant zsets exist only
+for tenants with a quota; their members carry the time they stop counting, so that an API replica
+that dies with calls in flight leaks nothing past that time.
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
@@ -111,3 +120,23 @@ def group_sessions(queue: str, group_id: str) -> str:
 def worker_stats(queue: str, worker: str) -> str:
     """One worker's own counters (JSON), refreshed with its heartbeat, read by `/metrics`."""
     return f"{queue}:stats:{worker}"
+
+
+def tenant_queue(queue: str, tenant: str) -> str:
+    """The RQ queue name of a tenant's shared queue (tenant "default": the shared queue)."""
+    return queue if tenant == "default" else f"{queue}:t:{tenant}"
+
+
+def in_flight(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's admitted, unanswered execution ids, scored by give-up time."""
+    return f"{queue}:in-flight:{tenant}"
+
+
+def tenant_sessions(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's live session ids (internal), scored by their expiry."""
+    return f"{queue}:sessions-of:{tenant}"
+
+
+def tenants(queue: str) -> str:
+    """Hash of the tenants the API serves (name -> weight): which queues workers listen on."""
+    return f"{queue}:tenants"

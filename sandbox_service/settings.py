@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -16,6 +17,13 @@ from pydantic_settings import (
 )
 
 from sandbox_service.execution import Limits
+from sandbox_service.tenancy import DEFAULT_TENANT, Tenant
+from sandbox_service.tenants_file import (
+    Credential,
+    TenantsFileError,
+    load_credentials,
+    single_key,
+)
 
 ExecutorMode = Literal["warm", "cold"]
 
@@ -82,6 +90,11 @@ class Settings(BaseSettings):
     api_key: str | None = None
     """When set, every endpoint but /healthz, /readyz and /metrics requires
     `Authorization: Bearer <api_key>`."""
+    tenants_file: Path | None = None
+    """TOML file of API keys, one `[[tenant]]` table each (`name`, `key`, optional `weight`,
+    `max_in_flight`, `max_sessions`; tenants_file.py); with api_key too, that key is one more
+    tenant, "default". Read by the API at start-up; the workers learn the names and weights
+    from Redis, never the keys."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(
@@ -222,6 +235,30 @@ class Settings(BaseSettings):
                 "client_response_margin_s together"
             )
         return self
+
+    def credentials(self) -> tuple[Credential, ...]:
+        """The API keys and their tenants (none: an open server, every call tenant "default").
+
+        `api_key` is tenant "default"; with a tenants file too, one more tenant besides the
+        file's (which then may not name one "default" or reuse that key). Reads the file:
+        TenantsFileError when it is not valid (the API checks it before it serves)."""
+        single = single_key(self.api_key)
+        if self.tenants_file is None:
+            return single
+        found = load_credentials(self.tenants_file)
+        if single and any(
+            c.tenant.name == DEFAULT_TENANT.name or c.key == single[0].key for c in found
+        ):
+            raise TenantsFileError(
+                "api_key is tenant 'default': the tenants file must not name a tenant "
+                "'default' nor give it the same key"
+            )
+        return single + found
+
+    def tenants(self) -> tuple[Tenant, ...]:
+        """Every tenant the server serves (its fair share and queues), "default" when no file."""
+        found = tuple(c.tenant for c in self.credentials())
+        return found or (DEFAULT_TENANT,)
 
     def limits(self, timeout_s: float = 10.0, memory_mb: int = 1024) -> Limits:
         """The limits of one execution on this host: the request's time and memory, the host's

@@ -30,6 +30,7 @@ from sandbox_service.api.invalid import invalid_request
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.api.verify import verify_router
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import tenant_var
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.context = ctx
     app.add_middleware(
         Edge,
-        api_key=settings.api_key,
+        credentials=settings.credentials(),
         max_body_bytes=settings.max_body_bytes,
-        on_response=lambda route, code: ctx.metrics.http_responses.labels(route, str(code)).inc(),
+        on_response=lambda route, code, tenant: ctx.metrics.http_responses.labels(
+            route, str(code), tenant
+        ).inc(),
     )
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(Overloaded, _overloaded)
@@ -83,7 +86,8 @@ def create_app(settings: Settings) -> FastAPI:
 
 async def _overloaded(request: Request, exc: Exception) -> Response:
     ctx: ApiContext = request.app.state.context
-    ctx.metrics.rejected.labels("queue_full").inc()
+    reason = exc.reason if isinstance(exc, Overloaded) else "queue_full"
+    ctx.metrics.rejected.labels(reason, tenant_var.get().name).inc()
     return JSONResponse(
         {"detail": str(exc)},
         status_code=429,
@@ -93,7 +97,7 @@ async def _overloaded(request: Request, exc: Exception) -> Response:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     ctx: ApiContext = request.app.state.context
-    ctx.metrics.rejected.labels("unavailable").inc()
+    ctx.metrics.rejected.labels("unavailable", tenant_var.get().name).inc()
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 

@@ -1,5 +1,9 @@
-"""The HTTP edge every request passes: request id, API key, body size cap, access log, counts,
-and the cancellation of abandoned work.
+"""The HTTP edge every request passes: request id, API key and its tenant, body size cap, access
+log, counts, and the cancellation of abandoned work.
+
+The Bearer key is compared with every configured key (hmac.compare_digest, no early exit), so the
+time of a refusal tells nothing of which key came close; the tenant found is bound in
+`tenancy.tenant_var` for the request's task, where routes name its objects by it.
 
 A plain ASGI middleware rather than Starlette's BaseHTTPMiddleware, which costs a task and a
 stream per request; at thousands of requests in flight that matters.
@@ -24,6 +28,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox_service.logs import fields, request_id_from_header, request_id_var
+from sandbox_service.tenancy import DEFAULT_TENANT, Tenant, tenant_var
+from sandbox_service.tenants_file import Credential
 
 log = logging.getLogger("sandbox_service.access")
 
@@ -50,12 +56,12 @@ class Edge:
     def __init__(
         self,
         app: ASGIApp,
-        api_key: str | None,
+        credentials: tuple[Credential, ...],
         max_body_bytes: int,
-        on_response: Callable[[str, int], None],
+        on_response: Callable[[str, int, str], None],
     ) -> None:
         self.app = app
-        self._api_key = api_key.encode() if api_key else None
+        self._credentials = credentials
         self._max_body_bytes = max_body_bytes
         self._on_response = on_response
 
@@ -70,6 +76,7 @@ class Edge:
         path: str = scope["path"]
         route = path if path in KNOWN_ROUTES else "other"
         status = 500
+        tenant: Tenant | None = DEFAULT_TENANT
         response_started = False
         watcher: asyncio.Task[None] | None = None
         disconnected = False
@@ -99,12 +106,15 @@ class Edge:
                 ]
             await send(message)
 
+        tenant_token = None
+        label = DEFAULT_TENANT.name  # the metrics' tenant: "" for a request of no tenant
         try:
-            if (
-                self._api_key is not None
-                and path not in OPEN_PATHS
-                and not self._authorized(headers)
-            ):
+            if self._credentials:
+                label = ""
+                if path not in OPEN_PATHS:
+                    tenant = self._tenant_of(headers)
+                    label = tenant.name if tenant is not None else ""
+            if tenant is None:
                 await _reply(
                     send_wrapper,
                     401,
@@ -112,6 +122,7 @@ class Edge:
                     [(b"www-authenticate", b"Bearer")],
                 )
                 return
+            tenant_token = tenant_var.set(tenant)
             length = _header(headers, b"content-length")
             if length is not None and length.isdigit() and int(length) > self._max_body_bytes:
                 await _reply(send_wrapper, 413, f"body over {self._max_body_bytes} bytes")
@@ -131,7 +142,7 @@ class Edge:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-            self._on_response(route, status)
+            self._on_response(route, status, label)
             log.info(
                 "%s %s %d",
                 scope["method"],
@@ -139,13 +150,20 @@ class Edge:
                 status,
                 extra=fields(status=status, duration=round(time.perf_counter() - started, 6)),
             )
+            if tenant_token is not None:
+                tenant_var.reset(tenant_token)
             request_id_var.reset(token)
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        assert self._api_key is not None
+    def _tenant_of(self, headers: dict[bytes, bytes]) -> Tenant | None:
+        """The tenant whose key the request carries, or None (every key is compared)."""
         value = headers.get(b"authorization", b"")
         scheme, _, key = value.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self._api_key)
+        key = key.strip()
+        found = None
+        for credential in self._credentials:
+            if hmac.compare_digest(key, credential.key):
+                found = credential.tenant
+        return found if scheme.lower() == b"bearer" else None
 
     def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0

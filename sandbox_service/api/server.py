@@ -12,6 +12,7 @@ import uvicorn
 from sandbox_service.api.app import create_app
 from sandbox_service.logs import configure_logging
 from sandbox_service.settings import Settings
+from sandbox_service.tenants_file import TenantsFileError
 
 
 class _DrainingServer(uvicorn.Server):
@@ -31,6 +32,11 @@ def serve(settings: Settings, host: str, port: int) -> int:
     configure_logging("api", settings.log_level)
     if settings.redis_url is None:
         print("rl-sandbox api: no Redis: set REDIS_URL (or RL_SANDBOX_REDIS_URL)", file=sys.stderr)
+        return 2
+    try:
+        settings.credentials()  # the tenants file: refused here, with the table and field
+    except TenantsFileError as exc:
+        print(f"rl-sandbox api: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings)
     config = uvicorn.Config(

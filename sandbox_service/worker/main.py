@@ -371,7 +371,12 @@ def run(settings: Settings, slot: int) -> int:
     log.info("worker ready", extra=fields(worker=name, slot=slot, mode=settings.executor_mode))
     try:
         jobqueue.work(
-            connection, settings.queue_name, name, runner, settings.result_ttl_s, own_queue
+            connection,
+            settings.queue_name,
+            name,
+            runner,
+            settings.result_ttl_s,
+            own_queue,
         )
     finally:
         watcher.stop()

@@ -208,7 +208,10 @@ async def test_invalid_requests_get_422_naming_the_field(
 async def test_invalid_batch_item_names_its_index_and_nothing_runs(
     client: httpx.AsyncClient,
 ) -> None:
-    before = metric((await client.get("/metrics")).text, 'rl_sandbox_executions_total{status="ok"}')
+    before = metric(
+        (await client.get("/metrics")).text,
+        'rl_sandbox_executions_total{status="ok",tenant="default"}',
+    )
     requests = [{"code": "print(1)"}, {"code": "print(2)"}, {"code": "1", "timeout": 99}]
     response = await client.post("/execute/batch", json={"requests": requests})
     assert response.status_code == 422
@@ -216,7 +219,10 @@ async def test_invalid_batch_item_names_its_index_and_nothing_runs(
     response = await client.post("/execute/batch", json={"requests": [{"code": "1"}, {"cod": 1}]})
     assert response.status_code == 422
     assert ["body", "requests", 1, "code"] in [e["loc"] for e in response.json()["detail"]]
-    after = metric((await client.get("/metrics")).text, 'rl_sandbox_executions_total{status="ok"}')
+    after = metric(
+        (await client.get("/metrics")).text,
+        'rl_sandbox_executions_total{status="ok",tenant="default"}',
+    )
     assert after == before
 
 
@@ -254,12 +260,12 @@ async def test_metrics_are_present_and_move(client: httpx.AsyncClient) -> None:
     await asyncio.gather(*(execute(client, code="print(1)") for _ in range(3)))
     await execute(client, code="import sys; sys.exit(1)")
     after = (await client.get("/metrics")).text
-    ok = 'rl_sandbox_executions_total{status="ok"}'
+    ok = 'rl_sandbox_executions_total{status="ok",tenant="default"}'
     assert metric(after, ok) >= metric(before, ok) + 3
-    assert metric(after, 'rl_sandbox_executions_total{status="error"}') >= 1
+    assert metric(after, 'rl_sandbox_executions_total{status="error",tenant="default"}') >= 1
     for name in ("rl_sandbox_queue_wait_seconds_count", "rl_sandbox_execution_wall_seconds_count"):
         assert metric(after, name) >= metric(before, name) + 4
-    responses = 'rl_sandbox_http_responses_total{code="200",route="/execute"}'
+    responses = 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="default"}'
     assert metric(after, responses) >= metric(before, responses) + 4
     assert metric(after, "rl_sandbox_workers_alive") == 2
     assert "rl_sandbox_queued_jobs " in after

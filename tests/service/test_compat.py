@@ -411,7 +411,8 @@ async def test_overload_and_queue_deadline_in_each_peers_style(
         assert late.json()["message"].startswith("queue_timeout: ")
 
         metrics = (await client.get("/metrics")).text
-        assert 'rl_sandbox_rejected_requests_total{reason="queue_full"} 3.0' in metrics
+        rejected = 'rl_sandbox_rejected_requests_total{reason="queue_full",tenant="default"}'
+        assert f"{rejected} 3.0" in metrics
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,7 @@ from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import ResultDict
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import scoped, tenant_var
 from trainer_client.wire import ExecuteRequest, ExecuteResult
 
 RunRequests = Callable[[list[ExecuteRequest], str], Awaitable[list[ResultDict]]]
@@ -80,6 +81,8 @@ class ServiceState(Protocol):
     async def live_workers(self) -> int: ...
 
     async def end_session(self, session_id: str, request_id: str = "") -> bool: ...
+
+    async def session_ended(self, session_id: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +103,13 @@ async def run_or_refuse(
         results = await run(requests, route)
     except Overloaded as exc:
         kind: Literal["queue_full", "unavailable"] = "queue_full"
-        message = str(exc)
+        message, reason = str(exc), exc.reason
     except Unavailable as exc:
         kind, message = "unavailable", str(exc)
+        reason = kind
     else:
         return [ExecuteResult.model_validate(result) for result in results]
-    metrics.rejected.labels(kind).inc()
+    metrics.rejected.labels(reason, tenant_var.get().name).inc()
     return Refusal(kind, message, time.monotonic() - started)
 
 
@@ -250,8 +254,10 @@ def sandboxfusion_router(
 
 
 async def _end_quietly(state: ServiceState, session_id: str) -> None:
+    internal = scoped(tenant_var.get(), session_id)  # the cells' session (context.to_payload)
     with contextlib.suppress(Overloaded, Unavailable, RedisError, OSError):
-        await state.end_session(session_id)
+        await state.end_session(internal)
+        await state.session_ended(internal)
 
 
 def _json(model: BaseModel, headers: dict[str, str] | None = None) -> Response:
