@@ -79,6 +79,17 @@ class Settings(BaseSettings):
     """Largest total size of the input `files` of one request (decoded)."""
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """Largest accepted HTTP body; larger bodies get 413."""
+    max_stdin_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    """Largest accepted `stdin` (code-judge's `input`), in UTF-8 bytes."""
+    max_input_files: int = Field(1024, ge=0)
+    """Most entries in the `files` of one request."""
+    max_path_bytes: int = Field(1024, ge=1, le=4096)
+    """Longest path in `files` or `fetch_files`, in UTF-8 bytes (the wire models also refuse
+    more than 1024 characters; the jail's protocol carries at most that)."""
+    max_cells: int = Field(1024, ge=1)
+    """Most cells in one SandboxFusion /run_jupyter request."""
+    max_submissions: int = Field(65536, ge=1)
+    """Most submissions in one code-judge batch (admitted max_batch at a time)."""
     api_key: str | None = None
     """When set, every endpoint but /healthz, /readyz and /metrics requires
     `Authorization: Bearer <api_key>`."""
@@ -153,7 +164,9 @@ class Settings(BaseSettings):
     forks (cgroup cpu controller); None: no limit. The API, Redis, heartbeats and the other
     slots keep their share."""
     max_fetch_files: int = Field(64, ge=0, le=4096)
-    """Files one execution may return through fetch_files; the rest are reported, not sent."""
+    """Most paths one request's `fetch_files` may name (more: 422), so the most files one
+    execution returns; together with max_path_bytes it bounds the fetch list the jail is sent
+    (`max_fetch_list_bytes`)."""
     max_fetch_bytes: int = Field(16 << 20, ge=0, le=32 << 20)
     """Bytes (before base64) one execution may return through fetch_files, all files together."""
     memory_recycle_slack_mb: int = Field(64, ge=1)
@@ -234,6 +247,12 @@ class Settings(BaseSettings):
             max_file_size_mb=self.max_file_size_mb,
             max_open_files=self.max_open_files,
         )
+
+    def max_fetch_list_bytes(self) -> int:
+        """Largest JSON encoding of an accepted `fetch_files` list (the jail's line and frame
+        bounds must hold it): each path's byte may take six characters (`\\u0001`), plus quotes
+        and separators."""
+        return 2 + self.max_fetch_files * (6 * self.max_path_bytes + 4)
 
     def job_timeout_s(self, program_timeout_s: float) -> float:
         """How long a worker may hold one job: the program's limit plus jail start and teardown."""
