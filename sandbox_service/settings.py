@@ -193,6 +193,20 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     shutdown_grace_s: float = Field(30.0, ge=0)
     """On SIGTERM, how long in-flight work may take to finish."""
+    header_timeout_s: float = Field(10.0, gt=0)
+    """A connection's request head (request line and headers) must arrive whole within this
+    long of the connection, or of the request's first byte; else 408 and the connection is
+    closed. It is what ends silent and half-sent connections, before the API key is read."""
+    body_timeout_s: float = Field(60.0, gt=0)
+    """A request's body must arrive whole within this long of its head (a total, not an idle
+    time: at max_body_bytes' default, 64 MiB, a floor of about 1.1 MB/s); else 408 and close."""
+    max_header_bytes: int = Field(65536, ge=1024)
+    """Largest request head; a larger one is answered 431 and the connection closed."""
+    max_connections: int = Field(8192, ge=1)
+    """Connections one API process holds open; past it a new connection is closed at once.
+    Start-up raises the process's open-file limit to fit, where the hard limit allows."""
+    keep_alive_s: float = Field(30.0, gt=0)
+    """An idle keep-alive connection is closed after this long."""
     log_level: str = "INFO"
     """Level of the JSON-lines logs on stderr."""
 
