@@ -103,6 +103,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        if self._deadline is None and self._between_requests():
+            # Bytes that began no request (the parser skips empty lines before one) stopped
+            # uvicorn's keep-alive timer: they start the next head's deadline instead.
+            self._reading_head = True
+            self._arm(self.limits.header_timeout_s, "request head")
         # A head still incomplete after this read: count all of it (the parser buffers a
         # header line until its end, so the callbacks alone would not see an endless one).
         if self._reading_head and not self.transport.is_closing():
@@ -183,6 +188,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._unanswered():
             self.transport.write(_answer(status, detail))
         self.transport.close()
+
+    def _between_requests(self) -> bool:
+        return (
+            not self.transport.is_closing()
+            and not self._reading_head
+            and (self.cycle is None or self.cycle.response_complete)
+        )
 
     def _unanswered(self) -> bool:
         """No response is on its way for the request being read (so an answer can be sent)."""

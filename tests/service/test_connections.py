@@ -125,6 +125,24 @@ async def test_a_head_sent_a_byte_at_a_time_is_closed_at_the_head_deadline(guard
     writer.close()
 
 
+async def test_empty_lines_after_a_response_do_not_hold_the_connection(guarded: Stack) -> None:
+    started = time.monotonic()
+    reader, writer = await hold(guarded, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (await reader.readuntil(b'{"status":"ok"}')).startswith(b"HTTP/1.1 200 ")
+    closed = asyncio.create_task(until_closed(reader, started))
+    sent = 0
+    with contextlib.suppress(ConnectionError):
+        while sent < 100 and not closed.done():  # 10 s of empty lines, one per 100 ms
+            writer.write(b"\r\n")
+            await writer.drain()
+            sent += 1
+            await asyncio.sleep(0.1)
+    data, closed_s = await closed
+    print(f"empty lines: {sent} sent, closed after {closed_s:.2f} s")
+    assert sent < 100 and data.startswith(b"HTTP/1.1 408 "), (sent, data[:200])
+    writer.close()
+
+
 async def test_a_head_over_max_header_bytes_is_431(guarded: Stack) -> None:
     reader, writer = await hold(
         guarded, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 8192 + b"\r\n\r\n"
