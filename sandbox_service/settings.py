@@ -268,6 +268,12 @@ class Settings(BaseSettings):
         and separators."""
         return 2 + self.max_fetch_files * (6 * self.max_path_bytes + 4)
 
+    def max_input_files_json_bytes(self) -> int:
+        """Largest JSON encoding of an accepted `files` object as the jail is sent it (paths as
+        above, contents in base64: 4 characters per 3 bytes, each file padded)."""
+        contents = 4 * (self.max_files_bytes // 3) + 4 * self.max_input_files
+        return 2 + contents + self.max_input_files * (6 * self.max_path_bytes + 6)
+
     def job_timeout_s(self, program_timeout_s: float) -> float:
         """How long a worker may hold one job: the program's limit plus jail start and teardown."""
         return program_timeout_s + 15.0

@@ -3,6 +3,7 @@ the server's size limits name their field, and the 422 renderer renders any inpu
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import typing
@@ -139,6 +140,20 @@ def test_the_fetch_list_bound_holds_the_worst_accepted_list(settings: Settings) 
     for ensure_ascii in (True, False):
         encoded = json.dumps(worst, ensure_ascii=ensure_ascii, separators=(",", ":"))
         assert len(encoded.encode()) <= settings.max_fetch_list_bytes()
+
+
+@pytest.mark.parametrize("settings", [Settings(), SMALL, Settings(max_files_bytes=1000)])
+def test_the_files_bound_holds_the_worst_accepted_files(settings: Settings) -> None:
+    count = settings.max_input_files
+    sizes = [settings.max_files_bytes // count + (i < settings.max_files_bytes % count)
+             for i in range(count)]  # fmt: skip
+    paths = [f"{i:05d}" + "\x01" * (settings.max_path_bytes - 5) for i in range(count)]
+    contents = [base64.b64encode(b"x" * size).decode() for size in sizes]
+    worst = dict(zip(paths, contents, strict=True))
+    request = ExecuteRequest.model_validate({"code": "1", "files": worst})
+    assert check_request(request, settings, ()) == []
+    encoded = json.dumps(worst, separators=(",", ":"))
+    assert len(encoded.encode()) <= settings.max_input_files_json_bytes()
 
 
 @pytest.mark.parametrize(
