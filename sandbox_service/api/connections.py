@@ -76,17 +76,22 @@ def _answer(status: str, detail: str) -> bytes:
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with read deadlines, a head size cap and a connection cap."""
+    """uvicorn's httptools protocol with read deadlines, a head size cap and a connection cap.
+
+    The parser's callbacks only note what the connection waits for and since when; the timer
+    is set after each read, so a request that arrives whole in one read costs no timer."""
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._waiting: str | None = None  # "request head", "request body" or nothing
+        self._waiting_since = 0.0
         self._deadline: asyncio.TimerHandle | None = None
+        self._armed: tuple[str, float] | None = None
         self._reading_head = False
         self._head_bytes = 0
         self._head_too_large = False
-        self._parsed_head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -95,19 +100,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             transport.abort()
             return
         self._reading_head = True
-        self._arm(self.limits.header_timeout_s, "request head")
+        self._wait("request head")
+        self._sync_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._waiting = None
+        self._sync_deadline()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._deadline is None and self._between_requests():
+        if self._waiting is None and self._between_requests():
             # Bytes that began no request (the parser skips empty lines before one) stopped
             # uvicorn's keep-alive timer: they start the next head's deadline instead.
             self._reading_head = True
-            self._arm(self.limits.header_timeout_s, "request head")
+            self._wait("request head")
         # A head still incomplete after this read: count all of it (the parser buffers a
         # header line until its end, so the callbacks alone would not see an endless one).
         if self._reading_head and not self.transport.is_closing():
@@ -115,6 +122,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._head_bytes > self.limits.max_header_bytes:
                 self._head_too_large = True
                 self.send_400_response("")
+        self._sync_deadline()
 
     def send_400_response(self, msg: str) -> None:
         if self._head_too_large:
@@ -123,65 +131,68 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         else:
             super().send_400_response(msg)
 
-    # --- parser callbacks -----------------------------------------------------------------------
+    # --- parser callbacks (all within data_received) --------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_bytes = 0
-        self._parsed_head_bytes = 0
         if not self._reading_head:  # a connection's first request keeps its connect deadline
             self._reading_head = True
-            self._arm(self.limits.header_timeout_s, "request head")
-
-    def on_url(self, url: bytes) -> None:
-        self._count_head(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value) + 4)
-        super().on_header(name, value)
-
-    def _count_head(self, size: int) -> None:
-        # A head whole in one read: the parser's callbacks see it before the app would start.
-        self._parsed_head_bytes += size
-        if self._parsed_head_bytes > self.limits.max_header_bytes:
-            self._head_too_large = True
-            raise ValueError("request head too large")  # ends the parse: send_400_response
+            self._wait("request head")
 
     def on_headers_complete(self) -> None:
+        # A head whole in one read is measured here, before the app would start.
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits.max_header_bytes:
+            self._head_too_large = True
+            raise ValueError("request head too large")  # ends the parse: send_400_response
         super().on_headers_complete()
         self._reading_head = False
-        if self.cycle in (cycle for cycle, _ in self.pipeline):
-            self._disarm()  # waits its turn with reading paused: not the client's delay
+        if self.pipeline and any(cycle is self.cycle for cycle, _ in self.pipeline):
+            self._waiting = None  # waits its turn with reading paused: not the client's delay
         else:
-            self._arm(self.limits.body_timeout_s, "request body")
+            self._wait("request body")
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._disarm()
+        self._waiting = None
 
-    def on_response_complete(self) -> None:
+    def on_response_complete(self) -> None:  # from the app's task, not within a read
         super().on_response_complete()
         if self.cycle is not None and self.cycle.more_body and not self.cycle.response_complete:
-            self._arm(self.limits.body_timeout_s, "request body")  # a pipelined request's turn
+            self._wait("request body")  # a pipelined request's turn
+            self._sync_deadline()
 
     # --- deadlines ------------------------------------------------------------------------------
 
-    def _arm(self, seconds: float, what: str) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expired, what, seconds)
+    def _wait(self, what: str) -> None:
+        self._waiting, self._waiting_since = what, self.loop.time()
 
-    def _disarm(self) -> None:
+    def _sync_deadline(self) -> None:
+        """Set, keep or cancel the timer for what the connection now waits for."""
+        wanted = None if self._waiting is None else (self._waiting, self._waiting_since)
+        if wanted == self._armed:
+            return
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        self._armed = wanted
+        if wanted is not None:
+            what, since = wanted
+            seconds = (
+                self.limits.header_timeout_s
+                if what == "request head"
+                else self.limits.body_timeout_s
+            )
+            self._deadline = self.loop.call_at(since + seconds, self._expired, what, seconds)
 
     def _expired(self, what: str, seconds: float) -> None:
-        self._deadline = None
+        self._deadline = self._armed = None
         self._close("408 Request Timeout", f"{what} not received within {seconds:g} s")
 
     def _close(self, status: str, detail: str) -> None:
-        self._disarm()
+        self._waiting = None
+        self._sync_deadline()
         if self.transport.is_closing():
             return
         _closed.add(detail, self.loop.time())
