@@ -1,7 +1,7 @@
 """Schemathesis over the real API's OpenAPI document: requests generated from every operation's
 schema (valid ones and near misses) never get a server error. Bounded: a few examples per
-operation against the shared stack; `st run` does the long version (docs/api.md, "Hostile
-input").
+operation against the shared stack; `st run` does the long version (docs/api.md, "Input
+bounds").
 
 Schemathesis' own pytest plugin does not load under this pytest, so each operation's strategy
 drives a hypothesis test here."""
