@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     # --- request limits (API spec) ---
     max_code_bytes: int = Field(262144, ge=1)
     """Largest accepted `code`, in bytes."""
-    max_timeout: float = Field(60.0, gt=0)
-    """Largest accepted `timeout`, in seconds."""
+    max_timeout: float = Field(60.0, ge=0.001)
+    """Largest accepted `timeout`, in seconds (every route refuses one under 0.001, the jail's
+    floor: trainer_client.wire.MIN_TIMEOUT_S)."""
     max_memory_mb: int = Field(8192, ge=16)
     """Largest accepted `memory_mb`."""
     max_output_bytes: int = Field(65536, ge=1)
@@ -183,7 +184,7 @@ class Settings(BaseSettings):
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
     # --- drop-in compatibility (docs/compatibility.md) ---
-    codejudge_timeout_s: float = Field(10.0, gt=0)
+    codejudge_timeout_s: float = Field(10.0, ge=0.001)
     """Time limit of each code-judge submission: its MAX_EXECUTION_TIME (rStar2-Agent sets 4)."""
     codejudge_memory_mb: int = Field(384, ge=16)
     """Memory of each code-judge submission: its MAX_MEMORY (256 MB) plus its 128 MB headroom."""
