@@ -101,6 +101,8 @@ def validate_relative_path(path: str) -> str:
 
 def validate_jail_path(path: str) -> str:
     """A relative path, or an absolute one inside one of the jail's writable directories."""
+    if len(path) > MAX_PATH_CHARS:  # the whole path, its root included, as the jail counts it
+        raise ValueError(f"path {shown(path)} is longer than {MAX_PATH_CHARS} characters")
     for root in JAIL_WRITABLE_ROOTS:
         if path.startswith(root + "/"):
             validate_relative_path(path[len(root) + 1 :])

@@ -18,11 +18,14 @@ from sandbox_service.api.compat.sandboxfusion import (
     RunCodeRequest,
     RunJupyterRequest,
     check_jupyter_request,
+    to_execute_request,
 )
 from sandbox_service.api.invalid import MAX_ERRORS, rendered_errors
 from sandbox_service.api.validation import check_request
+from sandbox_service.jail.protocol import RunLimits, RunRequest
 from sandbox_service.settings import Settings
 from trainer_client.wire import (
+    MAX_PATH_CHARS,
     MIN_TIMEOUT_S,
     BatchRequest,
     ExecuteRequest,
@@ -93,6 +96,23 @@ def test_a_timeout_under_the_floor_is_refused_on_every_route(timeout: float) -> 
             check_jupyter_request(request, settings)
         assert raised.value.problems[0]["loc"] == ["body", field]
     ExecuteRequest.model_validate({"code": "1", "timeout": MIN_TIMEOUT_S})
+
+
+def test_the_jail_accepts_the_extremes_the_api_accepts() -> None:
+    """Floor of the timeout, longest paths, most fetched paths: what passes the API's checks
+    (at the settings' allowed maxima) is a run request the jail's protocol takes."""
+    settings = Settings(max_fetch_files=4096, max_path_bytes=4096)
+    longest = ["a" * MAX_PATH_CHARS, "/home/sandbox/" + "b" * (MAX_PATH_CHARS - 14)]
+    request = RunCodeRequest(code="1", language="python", fetch_files=longest * 2048)
+    execute = to_execute_request(request, settings)
+    limits = RunLimits(MIN_TIMEOUT_S, 1, 1, 16)
+    wire = RunRequest(limits, fetch=tuple(execute.fetch_files)).to_wire()
+    assert RunRequest.from_wire(json.loads(json.dumps(wire))).fetch == tuple(longest * 2048)
+    with pytest.raises(ValidationError):  # one character more, in either form
+        ExecuteRequest.model_validate({"code": "1", "fetch_files": ["a" * (MAX_PATH_CHARS + 1)]})
+    with pytest.raises(InvalidRequest):
+        to_execute_request(RunCodeRequest(code="1", language="python",
+                                          fetch_files=[longest[1] + "b"]), settings)  # fmt: skip
 
 
 SMALL = Settings(
