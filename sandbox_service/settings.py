@@ -75,8 +75,9 @@ class Settings(BaseSettings):
     # --- request limits (API spec) ---
     max_code_bytes: int = Field(262144, ge=1)
     """Largest accepted `code`, in bytes."""
-    max_timeout: float = Field(60.0, gt=0)
-    """Largest accepted `timeout`, in seconds."""
+    max_timeout: float = Field(60.0, ge=0.001)
+    """Largest accepted `timeout`, in seconds (every route refuses one under 0.001, the jail's
+    floor: trainer_client.wire.MIN_TIMEOUT_S)."""
     max_memory_mb: int = Field(8192, ge=16)
     """Largest accepted `memory_mb`."""
     max_output_bytes: int = Field(65536, ge=1)
@@ -87,6 +88,17 @@ class Settings(BaseSettings):
     """Largest total size of the input `files` of one request (decoded)."""
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """Largest accepted HTTP body; larger bodies get 413."""
+    max_stdin_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    """Largest accepted `stdin` (code-judge's `input`), in UTF-8 bytes."""
+    max_input_files: int = Field(1024, ge=0)
+    """Most entries in the `files` of one request."""
+    max_path_bytes: int = Field(1024, ge=1, le=4096)
+    """Longest path in `files` or `fetch_files`, in UTF-8 bytes (the wire models also refuse
+    more than 1024 characters; the jail's protocol carries at most that)."""
+    max_cells: int = Field(1024, ge=1)
+    """Most cells in one SandboxFusion /run_jupyter request."""
+    max_submissions: int = Field(65536, ge=1)
+    """Most submissions in one code-judge batch (admitted max_batch at a time)."""
     api_key: str | None = None
     """When set, every endpoint but /healthz, /readyz and /metrics requires
     `Authorization: Bearer <api_key>`."""
@@ -166,7 +178,9 @@ class Settings(BaseSettings):
     forks (cgroup cpu controller); None: no limit. The API, Redis, heartbeats and the other
     slots keep their share."""
     max_fetch_files: int = Field(64, ge=0, le=4096)
-    """Files one execution may return through fetch_files; the rest are reported, not sent."""
+    """Most paths one request's `fetch_files` may name (more: 422), so the most files one
+    execution returns; together with max_path_bytes it bounds the fetch list the jail is sent
+    (`max_fetch_list_bytes`)."""
     max_fetch_bytes: int = Field(16 << 20, ge=0, le=32 << 20)
     """Bytes (before base64) one execution may return through fetch_files, all files together."""
     memory_recycle_slack_mb: int = Field(64, ge=1)
@@ -183,7 +197,7 @@ class Settings(BaseSettings):
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
     # --- drop-in compatibility (docs/compatibility.md) ---
-    codejudge_timeout_s: float = Field(10.0, gt=0)
+    codejudge_timeout_s: float = Field(10.0, ge=0.001)
     """Time limit of each code-judge submission: its MAX_EXECUTION_TIME (rStar2-Agent sets 4)."""
     codejudge_memory_mb: int = Field(384, ge=16)
     """Memory of each code-judge submission: its MAX_MEMORY (256 MB) plus its 128 MB headroom."""
@@ -193,6 +207,20 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     shutdown_grace_s: float = Field(30.0, ge=0)
     """On SIGTERM, how long in-flight work may take to finish."""
+    header_timeout_s: float = Field(10.0, gt=0)
+    """A connection's request head (request line and headers) must arrive whole within this
+    long of the connection, or of the request's first byte; else 408 and the connection is
+    closed. It is what ends silent and half-sent connections, before the API key is read."""
+    body_timeout_s: float = Field(60.0, gt=0)
+    """A request's body must arrive whole within this long of its head (a total, not an idle
+    time: at max_body_bytes' default, 64 MiB, a floor of about 1.1 MB/s); else 408 and close."""
+    max_header_bytes: int = Field(65536, ge=1024)
+    """Largest request head; a larger one is answered 431 and the connection closed."""
+    max_connections: int = Field(8192, ge=1)
+    """Connections one API process holds open; past it a new connection is closed at once.
+    Start-up raises the process's open-file limit to fit, where the hard limit allows."""
+    keep_alive_s: float = Field(30.0, gt=0)
+    """An idle keep-alive connection is closed after this long."""
     log_level: str = "INFO"
     """Level of the JSON-lines logs on stderr."""
 
@@ -271,6 +299,18 @@ class Settings(BaseSettings):
             max_file_size_mb=self.max_file_size_mb,
             max_open_files=self.max_open_files,
         )
+
+    def max_fetch_list_bytes(self) -> int:
+        """Largest JSON encoding of an accepted `fetch_files` list (the jail's line and frame
+        bounds must hold it): each path's byte may take six characters (`\\u0001`), plus quotes
+        and separators."""
+        return 2 + self.max_fetch_files * (6 * self.max_path_bytes + 4)
+
+    def max_input_files_json_bytes(self) -> int:
+        """Largest JSON encoding of an accepted `files` object as the jail is sent it (paths as
+        above, contents in base64: 4 characters per 3 bytes, each file padded)."""
+        contents = 4 * (self.max_files_bytes // 3) + 4 * self.max_input_files
+        return 2 + contents + self.max_input_files * (6 * self.max_path_bytes + 6)
 
     def job_timeout_s(self, program_timeout_s: float) -> float:
         """How long a worker may hold one job: the program's limit plus jail start and teardown."""

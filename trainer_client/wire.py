@@ -72,6 +72,23 @@ on the peer-compatible routes (see ABSOLUTE_PATHS)."""
 ABSOLUTE_PATHS = "absolute_paths"
 """Validation context key: True lets `files`/`fetch_files` name absolute paths inside
 JAIL_WRITABLE_ROOTS, as SandboxFusion's clients do; /execute never sets it."""
+MIN_TIMEOUT_S = 0.001
+"""The shortest time limit of a program on every route: the jail refuses a shorter one (a run
+cannot even start in less; such a request is refused with a 422, not run)."""
+MAX_PATH_CHARS = 1024
+"""Longest path in `files` or `fetch_files`, in characters (the server's max_path_bytes may
+bound its UTF-8 bytes lower)."""
+MAX_VERIFY_TEXT_CHARS = 65536
+"""Longest `answer` or `reference` of a verify item."""
+WIRE_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+"""Every request model: unknown fields refused, and NaN, Infinity and -Infinity (or 1e999, which
+parses as Infinity) refused in every number field, so no limit is ever compared with a NaN."""
+
+
+def shown(text: str, limit: int = 64) -> str:
+    """repr() of `text`, cut to about `limit` characters: an error message never echoes a field
+    in full."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def validate_text(value: str, what: str) -> str:
@@ -86,26 +103,28 @@ def validate_text(value: str, what: str) -> str:
 
 def validate_relative_path(path: str) -> str:
     """Accept a relative path inside the working directory; reject absolute paths and `..`."""
+    if len(path) > MAX_PATH_CHARS:
+        raise ValueError(f"path {shown(path)} is longer than {MAX_PATH_CHARS} characters")
     validate_text(path, "a path")
     if not path or path.startswith("/") or "\x00" in path or "\\" in path:
-        raise ValueError(f"path {path!r} must be a non-empty relative path")
+        raise ValueError(f"path {shown(path)} must be a non-empty relative path")
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
-        raise ValueError(f"path {path!r} must not contain empty, '.' or '..' components")
-    if len(path) > 1024:
-        raise ValueError("path longer than 1024 characters")
+        raise ValueError(f"path {shown(path)} must not contain empty, '.' or '..' components")
     return path
 
 
 def validate_jail_path(path: str) -> str:
     """A relative path, or an absolute one inside one of the jail's writable directories."""
+    if len(path) > MAX_PATH_CHARS:  # the whole path, its root included, as the jail counts it
+        raise ValueError(f"path {shown(path)} is longer than {MAX_PATH_CHARS} characters")
     for root in JAIL_WRITABLE_ROOTS:
         if path.startswith(root + "/"):
             validate_relative_path(path[len(root) + 1 :])
             return path
     if path.startswith("/"):
         raise ValueError(
-            f"path {path!r} is outside the jail's writable directories "
+            f"path {shown(path)} is outside the jail's writable directories "
             f"({', '.join(JAIL_WRITABLE_ROOTS)})"
         )
     return validate_relative_path(path)
@@ -119,12 +138,12 @@ def _path_rule(info: ValidationInfo) -> Callable[[str], str]:
 class ExecuteRequest(BaseModel):
     """One program to run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = WIRE_CONFIG
 
     code: str
     language: str = "python"
     stdin: str = ""
-    timeout: Annotated[float, Field(gt=0)] = 10.0
+    timeout: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 10.0
     memory_mb: Annotated[int, Field(ge=16)] = 1024
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     files: dict[str, str] = Field(default_factory=dict)
@@ -146,7 +165,8 @@ class ExecuteRequest(BaseModel):
     def _supported_language(cls, value: str) -> str:
         if value not in SUPPORTED_LANGUAGES:
             raise ValueError(
-                f"language {value!r} is not supported; supported: {', '.join(SUPPORTED_LANGUAGES)}"
+                f"language {shown(value)} is not supported; "
+                f"supported: {', '.join(SUPPORTED_LANGUAGES)}"
             )
         return value
 
@@ -161,7 +181,7 @@ class ExecuteRequest(BaseModel):
             try:
                 base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError) as exc:
-                raise ValueError(f"files[{path!r}] is not valid base64") from exc
+                raise ValueError(f"files[{shown(path)}] is not valid base64") from exc
         return value
 
     @field_validator("fetch_files")
@@ -231,7 +251,7 @@ class GroupCancelled(BaseModel):
 class BatchRequest(BaseModel):
     """Several programs, run in parallel across workers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = WIRE_CONFIG
 
     requests: list[ExecuteRequest] = Field(min_length=1)
 
@@ -265,11 +285,11 @@ def verify_job_timeout_s(num_items: int, item_timeout_s: float) -> float:
 class VerifyItem(BaseModel):
     """One final answer and the reference it should equal (POST /verify)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = WIRE_CONFIG
 
-    answer: str
+    answer: Annotated[str, Field(max_length=MAX_VERIFY_TEXT_CHARS)]
     """The extracted final answer (e.g. the content of the last `\\boxed{}`), LaTeX or plain."""
-    reference: str
+    reference: Annotated[str, Field(max_length=MAX_VERIFY_TEXT_CHARS)]
     """The ground truth."""
 
     @field_validator("answer", "reference")
@@ -281,10 +301,10 @@ class VerifyItem(BaseModel):
 class VerifyRequest(BaseModel):
     """Answers to check, each under its own time limit."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = WIRE_CONFIG
 
     items: list[VerifyItem] = Field(min_length=1)
-    timeout: Annotated[float, Field(gt=0)] = 5.0
+    timeout: Annotated[float, Field(ge=MIN_TIMEOUT_S)] = 5.0
     """Seconds one item's check may take; past it the item is `timeout` (its check is killed)."""
     rel_tol: Annotated[float, Field(ge=0, lt=1)] = 1e-6
     """Relative tolerance for non-integer numbers; an integer reference must match exactly."""

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandbox_service.logs import fields, request_id_from_header, request_id_var
@@ -132,6 +133,8 @@ class Edge:
             except _BodyTooLarge:
                 if not response_started:
                     await _reply(send_wrapper, 413, f"body over {self._max_body_bytes} bytes")
+            except ClientDisconnect:  # gone mid-body, or closed at the server's body deadline
+                status = CLIENT_CLOSED_REQUEST
             except asyncio.CancelledError:
                 if not disconnected or request_task is None:
                     raise

@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sandbox_service.api.validation import check_request
 from sandbox_service.execution import Status
@@ -60,6 +60,8 @@ Reason = Literal["", "worker_timeout", "queue_timeout", "internal_error", "inval
 
 class Submission(BaseModel):
     """One program (code-judge's `Submission`); `input` is its stdin."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # unknown fields ignored, as in code-judge
 
     sub_id: str | None = None
     type: Literal["python", "cpp", "math"]
@@ -106,6 +108,8 @@ class JudgeResult(BaseModel):
 
 class BatchSubmission(BaseModel):
     """Several submissions (code-judge's `BatchSubmission`)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     sub_id: str | None = None
     type: Literal["batch"] = "batch"

@@ -67,7 +67,7 @@ from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import ResultDict
 from sandbox_service.settings import Settings
 from sandbox_service.tenancy import scoped, tenant_var
-from trainer_client.wire import ExecuteRequest, ExecuteResult
+from trainer_client.wire import MIN_TIMEOUT_S, ExecuteRequest, ExecuteResult
 
 RunRequests = Callable[[list[ExecuteRequest], str], Awaitable[list[ResultDict]]]
 """The API's execution path: admit the requests whole or not at all, await their results."""
@@ -129,6 +129,11 @@ def codejudge_router(
     async def judge(submissions: Sequence[Submission], route: str) -> list[SubmissionResult]:
         # code-judge takes batches of any length: past max_batch, chunks are admitted one by one,
         # and a chunk refused for a full queue comes back `queue_timeout`, to be resubmitted.
+        # Past max_submissions (tens of thousands) the batch is refused whole with a 422.
+        if len(submissions) > settings.max_submissions:
+            message = f"{len(submissions)} submissions; at most {settings.max_submissions}"
+            problem = {"type": "too_long", "loc": ["body", "submissions"], "msg": message}
+            raise RequestValidationError([{**problem, "input": None}])
         plans = [plan(submission, settings) for submission in submissions]
         runnable = [p for p in plans if isinstance(p, Planned)]
         size = settings.max_batch
@@ -233,7 +238,7 @@ def sandboxfusion_router(
             for index in range(len(body.cells)):
                 elapsed = time.monotonic() - started
                 timeout_s = cell_timeout_s(body, elapsed, settings)
-                if timeout_s <= 0:
+                if timeout_s < MIN_TIMEOUT_S:
                     return _json(jupyter_out_of_time(elapsed))
                 request = cell_request(body, index, timeout_s, session_id, settings)
                 outcome = await run_or_refuse(run, [request], "/run_jupyter", metrics)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandbox_service.api.validation import Problem, check_request
 from sandbox_service.execution import Status
@@ -34,6 +34,7 @@ from sandbox_service.settings import Settings
 from trainer_client.wire import (
     ABSOLUTE_PATHS,
     INFRASTRUCTURE_STATUSES,
+    MIN_TIMEOUT_S,
     ExecuteRequest,
     ExecuteResult,
 )
@@ -51,6 +52,10 @@ RUNNABLE_LANGUAGES = ("python",)
 SKIPPED_FILE_MARK = "IGNORE_THIS_FILE"
 """SandboxFusion does not write input files whose path contains this."""
 
+FINITE = ConfigDict(allow_inf_nan=False)
+"""Unknown fields ignored, as SandboxFusion does; NaN and Infinity (or 1e999) refused in every
+number: no limit of SandboxFusion's means anything with them, and JSON (RFC 8259) has none."""
+
 RunStatus = Literal["Success", "Failed", "SandboxError"]
 CommandRunStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
 
@@ -58,6 +63,7 @@ CommandRunStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
 class RunCodeRequest(BaseModel):
     """One program to run (SandboxFusion's `RunCodeRequest`)."""
 
+    model_config = FINITE
     compile_timeout: float = 10
     """Seconds; unused for python, which has no compile step."""
     run_timeout: float = 10
@@ -106,10 +112,9 @@ def to_execute_request(request: RunCodeRequest, settings: Settings) -> ExecuteRe
             f"language {request.language!r} is not supported by this server; "
             f"supported: {', '.join(RUNNABLE_LANGUAGES)}"
         )
-    if request.run_timeout <= 0:
-        raise InvalidRequest(
-            [_problem("run_timeout", "run_timeout must be greater than 0", request.run_timeout)]
-        )
+    if request.run_timeout < MIN_TIMEOUT_S:
+        message = f"run_timeout must be at least {MIN_TIMEOUT_S}"
+        raise InvalidRequest([_problem("run_timeout", message, request.run_timeout)])
     files = {
         path: content
         for path, content in request.files.items()
@@ -214,6 +219,7 @@ def _return_code(result: ExecuteResult) -> int:
 class RunJupyterRequest(BaseModel):
     """Cells to run in order in one interpreter (SandboxFusion's `RunJupyterRequest`)."""
 
+    model_config = FINITE
     cells: list[str]
     cell_timeout: float = 0
     """Seconds per cell; 0: no limit of its own (SandboxFusion never enforces it; we do)."""
@@ -255,7 +261,7 @@ def jupyter_session_id() -> str:
 
 def cell_timeout_s(request: RunJupyterRequest, elapsed_s: float, settings: Settings) -> float:
     """The next cell's time limit: its own, what is left of the total, the server's maximum.
-    Zero or less: no time left, the request is out of time."""
+    Under MIN_TIMEOUT_S: no time left, the request is out of time (see `out_of_time`)."""
     left = request.total_timeout - elapsed_s
     if request.cell_timeout > 0:
         left = min(left, request.cell_timeout)
@@ -287,13 +293,15 @@ def cell_request(
 
 def check_jupyter_request(request: RunJupyterRequest, settings: Settings) -> None:
     """InvalidRequest for a request that cannot run here, before any cell runs."""
-    if request.total_timeout <= 0:
-        message = "total_timeout must be greater than 0"
+    if request.total_timeout < MIN_TIMEOUT_S:
+        message = f"total_timeout must be at least {MIN_TIMEOUT_S}"
         raise InvalidRequest([_problem("total_timeout", message, request.total_timeout)])
-    if request.cell_timeout < 0:
-        raise InvalidRequest(
-            [_problem("cell_timeout", "cell_timeout must be 0 or more", request.cell_timeout)]
-        )
+    if request.cell_timeout != 0 and request.cell_timeout < MIN_TIMEOUT_S:
+        message = f"cell_timeout must be 0 (no limit of its own) or at least {MIN_TIMEOUT_S}"
+        raise InvalidRequest([_problem("cell_timeout", message, request.cell_timeout)])
+    if len(request.cells) > settings.max_cells:
+        message = f"{len(request.cells)} cells; at most {settings.max_cells}"
+        raise InvalidRequest([_problem("cells", message, None)])
     for index in range(len(request.cells)):
         cell_request(request, index, 1.0, "check", settings)
 
