@@ -17,6 +17,9 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:cancelled:<xid>` | marker: its client left | API | workers, at start | job budget |
 | `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
+| `<queue>:e2b:<sid>` | string: JSON E2B sandbox record | API | API | the sandbox's timeout |
+| `<queue>:e2b-contexts:<sid>` | hash: context id -> JSON | API | API | the sandbox's timeout |
+| `<queue>:e2b-owned:<tenant>` | zset: sandbox id -> end (epoch s) | API | API (list) | pruned |
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
@@ -91,3 +94,18 @@ def cancel_list(queue: str, worker: str) -> str:
 def worker_stats(queue: str, worker: str) -> str:
     """One worker's own counters (JSON), refreshed with its heartbeat, read by `/metrics`."""
     return f"{queue}:stats:{worker}"
+
+
+def e2b_sandbox(queue: str, sandbox_id: str) -> str:
+    """One E2B-compatible sandbox's record (JSON), expiring with the sandbox."""
+    return f"{queue}:e2b:{sandbox_id}"
+
+
+def e2b_contexts(queue: str, sandbox_id: str) -> str:
+    """Hash of one E2B sandbox's code contexts: context id -> JSON (cwd, language, cells run)."""
+    return f"{queue}:e2b-contexts:{sandbox_id}"
+
+
+def e2b_owned(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's E2B sandbox ids scored by their end (epoch seconds)."""
+    return f"{queue}:e2b-owned:{tenant}"

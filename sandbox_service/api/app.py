@@ -21,7 +21,10 @@ from pydantic import BaseModel
 
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, operations
+from sandbox_service.api.compat.e2b_routes import E2bWire
+from sandbox_service.api.compat.nemo_routes import NemoWire
 from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
+from sandbox_service.api.compat.wires import PeerWires
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
 from sandbox_service.api.edge import Edge
@@ -53,6 +56,8 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = ctx
+    # Inside the Edge: the E2B, MCP and NeMo-Skills wires, dispatched before FastAPI's routes.
+    app.add_middleware(PeerWires, e2b=E2bWire(ctx), nemo=NemoWire(ctx))
     app.add_middleware(
         Edge,
         api_key=settings.api_key,

@@ -23,6 +23,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandbox_service.api.compat.e2b import api_key_of, is_control_path, target_of
 from sandbox_service.logs import fields, request_id_from_header, request_id_var
 
 log = logging.getLogger("sandbox_service.access")
@@ -37,6 +38,7 @@ which cannot carry a secret (restrict them by network; they reveal no user data)
 KNOWN_ROUTES = frozenset(
     {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}
     | {"/run", "/run/batch", "/run/long-batch", "/run_code"}  # compat_routes
+    | {"/sandboxes", "/v2/sandboxes", "/mcp"}  # compat/wires
 )
 
 
@@ -104,12 +106,14 @@ class Edge:
                 self._api_key is not None
                 and path not in OPEN_PATHS
                 and not self._authorized(headers)
+                and target_of(headers) is None  # E2B's data plane: the sandbox's token (e2b_routes)
             ):
                 await _reply(
                     send_wrapper,
                     401,
                     "missing or invalid API key",
                     [(b"www-authenticate", b"Bearer")],
+                    e2b_shape=is_control_path(path),  # the E2B SDK parses {"code", "message"}
                 )
                 return
             length = _header(headers, b"content-length")
@@ -145,7 +149,10 @@ class Edge:
         assert self._api_key is not None
         value = headers.get(b"authorization", b"")
         scheme, _, key = value.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self._api_key)
+        if scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self._api_key):
+            return True
+        e2b_key = headers.get(b"x-api-key")  # the E2B SDK's control plane
+        return e2b_key is not None and hmac.compare_digest(api_key_of(e2b_key), self._api_key)
 
     def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0
@@ -171,9 +178,14 @@ def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
 
 
 async def _reply(
-    send: Send, status: int, detail: str, extra_headers: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    status: int,
+    detail: str,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+    e2b_shape: bool = False,
 ) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    shape = {"code": status, "message": detail} if e2b_shape else {}
+    body = json.dumps({"detail": detail, **shape}).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

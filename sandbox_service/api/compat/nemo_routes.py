@@ -1,0 +1,97 @@
+"""NeMo-Skills' sandbox wire's I/O (ASGI, dispatched by compat/wires.py; see nemo.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import Scope, Send
+
+from sandbox_service.api.compat import nemo
+from sandbox_service.api.context import ApiContext
+from sandbox_service.api.dispatch import Overloaded, Unavailable
+from sandbox_service.jobs import JobPayload
+from sandbox_service.logs import request_id_var
+from sandbox_service.tenancy import scoped, tenant_var
+from trainer_client.wire import ExecuteResult
+
+ROUTE = "/nemo/execute"
+MEMORY_MB = 1024
+MAX_SESSION_ID_CHARS = 256
+
+
+class NemoWire:
+    """`POST /execute` and `DELETE /sessions/{id}` of NeMo-Skills' sandbox."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self._ctx = ctx
+
+    async def _send(
+        self, send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        body = json.dumps(value).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    *(headers or []),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    def _session_header(scope: Scope) -> str | None:
+        raw = dict(scope["headers"]).get(b"x-session-id")
+        if raw is None:
+            return None
+        return raw.decode("latin-1")[:MAX_SESSION_ID_CHARS] or None
+
+    async def execute(self, scope: Scope, body: bytes, send: Send) -> None:
+        """Run one NeMo-Skills request."""
+        header = self._session_header(scope)
+        call = nemo.parse_call(body, header, self._ctx.settings.max_timeout)
+        if isinstance(call, dict):
+            await self._send(send, 400, call)
+            return
+        if len(call.code.encode()) > self._ctx.settings.max_code_bytes:
+            why = f"generated_code over {self._ctx.settings.max_code_bytes} bytes\n"
+            await self._send(send, 400, nemo.answer("error", stderr=why))
+            return
+        session = scoped(tenant_var.get(), header) if call.stateful and header else None
+        payload = JobPayload(
+            code=call.code,
+            stdin="" if call.stateful else call.stdin,
+            timeout_s=call.timeout_s,
+            memory_mb=min(MEMORY_MB, self._ctx.settings.max_memory_mb),
+            session_id=session,
+            request_id=request_id_var.get(),
+        )
+        try:
+            (result,) = await self._ctx.run([payload], ROUTE)
+        except Overloaded as exc:
+            self._ctx.metrics.rejected.labels("queue_full").inc()
+            retry = [(b"retry-after", str(self._ctx.settings.retry_after_s).encode())]
+            why = f"{exc}; nothing ran, retry later\n"
+            await self._send(send, 429, nemo.answer("error", stderr=why), retry)
+            return
+        except Unavailable as exc:
+            await self._send(send, 503, nemo.answer("error", stderr=f"{exc}\n"))
+            return
+        await self._send(send, 200, nemo.to_answer(ExecuteResult.model_validate(result), call))
+
+    async def delete(self, session_id: str, send: Send) -> None:
+        """End a session: 200, or 404 when there is none (what NeMo-Skills' client waits for)."""
+        session = scoped(tenant_var.get(), session_id[:MAX_SESSION_ID_CHARS])
+        try:
+            ended = await self._ctx.dispatcher.end_session(session, request_id_var.get())
+        except (Overloaded, Unavailable) as exc:
+            await self._send(send, 503, {"error": str(exc)})
+            return
+        if not ended:
+            await self._send(send, 404, {"error": f"IPython session {session_id} not found"})
+            return
+        await self._send(send, 200, {"message": f"IPython session {session_id} deleted"})
