@@ -1,4 +1,5 @@
-"""NeMo-Skills' sandbox wire's I/O (ASGI, dispatched by compat/wires.py; see nemo.py)."""
+"""The I/O of the small tool wires (ASGI, dispatched by compat/wires.py): NeMo-Skills' sandbox
+(nemo.py) and open-instruct's Python tool (openinstruct.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from starlette.types import Scope, Send
 
-from sandbox_service.api.compat import nemo
+from sandbox_service.api.compat import nemo, openinstruct
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.jobs import JobPayload
@@ -95,3 +96,40 @@ class NemoWire:
             await self._send(send, 404, {"error": f"IPython session {session_id} not found"})
             return
         await self._send(send, 200, {"message": f"IPython session {session_id} deleted"})
+
+    async def health(self, send: Send) -> None:
+        """NeMo-Skills' `GET /health`: 200 once the service can run code (as /readyz)."""
+        ready, reason = await self._ctx.dispatcher.readiness()
+        status = 200 if ready else 503
+        await self._send(
+            send, status, {"status": "healthy" if ready else "unavailable", "detail": reason}
+        )
+
+    async def open_instruct(self, body: bytes, send: Send) -> None:
+        """open-instruct's `PythonCodeTool` call."""
+        call = openinstruct.parse_call(body, self._ctx.settings.max_timeout)
+        if isinstance(call, dict):
+            await self._send(send, 400, call)
+            return
+        if len(call.code.encode()) > self._ctx.settings.max_code_bytes:
+            why = f"code over {self._ctx.settings.max_code_bytes} bytes"
+            await self._send(send, 400, openinstruct.answer("", why))
+            return
+        payload = JobPayload(
+            code=call.code,
+            timeout_s=call.timeout_s,
+            memory_mb=min(MEMORY_MB, self._ctx.settings.max_memory_mb),
+            request_id=request_id_var.get(),
+        )
+        try:
+            (result,) = await self._ctx.run([payload], openinstruct.PATH)
+        except Overloaded as exc:
+            self._ctx.metrics.rejected.labels("queue_full").inc()
+            retry = [(b"retry-after", str(self._ctx.settings.retry_after_s).encode())]
+            await self._send(send, 429, openinstruct.answer("", f"{exc}; retry later"), retry)
+            return
+        except Unavailable as exc:
+            await self._send(send, 503, openinstruct.answer("", str(exc)))
+            return
+        answer = openinstruct.to_answer(ExecuteResult.model_validate(result), call)
+        await self._send(send, 200, answer)

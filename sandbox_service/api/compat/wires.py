@@ -7,6 +7,8 @@ would clash with ours to their own handlers; every other request goes on to Fast
     /mcp, /mcp/*                                      mcp_server (when `mcp` is installed)
     POST /execute whose body has `generated_code`     nemo: the NeMo-Skills sandbox wire
     DELETE /sessions/{id} with an `X-Session-ID`      nemo: its session delete (200/404)
+    GET /health                                       nemo: its readiness probe
+    POST /open-instruct/execute                       openinstruct: its Python tool
 
 It sits inside the Edge (request id, API key, body cap, access log, disconnects). A native
 `POST /execute` pays one scan of its body for the NeMo-Skills key.
@@ -20,6 +22,7 @@ from sandbox_service.api.compat.e2b import is_control_path, target_of
 from sandbox_service.api.compat.e2b_routes import E2bWire
 from sandbox_service.api.compat.nemo import is_nemo_body
 from sandbox_service.api.compat.nemo_routes import NemoWire
+from sandbox_service.api.compat.openinstruct import PATH as OPEN_INSTRUCT_PATH
 
 
 class PeerWires:
@@ -51,6 +54,11 @@ class PeerWires:
             and any(name == b"x-session-id" for name, _ in scope["headers"])
         ):
             await self._nemo.delete(path[len("/sessions/") :], send)
+        elif path == "/health" and scope["method"] == "GET":
+            await self._nemo.health(send)
+        elif path == OPEN_INSTRUCT_PATH and scope["method"] == "POST":
+            body, _ = await _read_body(receive)
+            await self._nemo.open_instruct(body, send)
         elif path == "/execute" and scope["method"] == "POST":
             body, replay = await _read_body(receive)
             if is_nemo_body(body):
