@@ -108,3 +108,31 @@ def test_data_plane_needs_the_sandbox_token(e2b_stack: Stack) -> None:
     assert httpx.get(url, headers={"X-API-KEY": e2b_key_for("other")}).status_code == 401
     assert httpx.delete(url).status_code == 401
     assert httpx.delete(url, headers=key).status_code == 204
+
+
+def test_hostile_input_is_never_a_5xx(e2b_stack: Stack) -> None:
+    key = {"X-API-KEY": e2b_key_for(API_KEY)}
+    url = e2b_stack.url
+    sandbox = httpx.post(f"{url}/sandboxes", json={}, headers=key, timeout=30).json()
+    token = {"X-Access-Token": sandbox["envdAccessToken"], "E2b-Sandbox-Id": sandbox["sandboxID"]}
+    jupyter, envd = {**token, "E2b-Sandbox-Port": "49999"}, {**token, "E2b-Sandbox-Port": "49983"}
+    bodies = [b"", b"{", b"[]", b'{"code": 1}', b'{"timeout": 1e999}', b"\xff\xfe", b'"x"' * 100]
+    calls = [
+        ("POST", "/sandboxes", key),
+        ("POST", f"/sandboxes/{sandbox['sandboxID']}/timeout", key),
+    ]
+    calls += [("POST", "/execute", jupyter), ("POST", "/contexts", jupyter)]
+    calls += [("POST", "/contexts/nope/restart", jupyter), ("DELETE", "/contexts/..", jupyter)]
+    calls += [("POST", "/files?path=/etc/x", envd), ("POST", "/files", envd)]
+    calls += [("GET", "/files?path=../../x", envd), ("POST", "/process.Process/Start", envd)]
+    calls += [("POST", "/execute", {"X-Session-ID": "s"}), ("POST", "/open-instruct/execute", {})]
+    statuses = set()
+    for method, path, headers in calls:
+        for body in bodies:
+            if path == "/execute" and "X-Session-ID" in headers:
+                body = b'{"generated_code": ' + body + b"}"
+            answer = httpx.request(method, url + path, content=body, headers=headers, timeout=60)
+            assert answer.status_code < 500, (method, path, body, answer.status_code, answer.text)
+            statuses.add(answer.status_code)
+    assert 400 in statuses
+    httpx.delete(f"{url}/sandboxes/{sandbox['sandboxID']}", headers=key)
