@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, operations
 from sandbox_service.api.compat.e2b_routes import E2bWire
+from sandbox_service.api.compat.mcp_routes import McpMount
 from sandbox_service.api.compat.nemo_routes import NemoWire
 from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
 from sandbox_service.api.compat.wires import PeerWires
@@ -39,13 +40,15 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     """The API app; its lifespan starts and stops the dispatcher."""
     ctx = ApiContext(settings, Dispatcher(settings), Metrics())
+    mcp = McpMount(ctx)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ctx.dispatcher.start()
         log.info("api ready", extra={"fields": {"api_id": ctx.dispatcher.api_id}})
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await ctx.dispatcher.stop()
 
@@ -57,7 +60,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.context = ctx
     # Inside the Edge: the E2B, MCP and NeMo-Skills wires, dispatched before FastAPI's routes.
-    app.add_middleware(PeerWires, e2b=E2bWire(ctx), nemo=NemoWire(ctx))
+    app.add_middleware(PeerWires, e2b=E2bWire(ctx), nemo=NemoWire(ctx), mcp=mcp.app)
     app.add_middleware(
         Edge,
         api_key=settings.api_key,

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON_VERSION = "3.12"
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 E2B_REQUIREMENTS = ("e2b-code-interpreter>=2.9", "e2b>=2.6")
+MCP_REQUIREMENTS = ("mcp>=1.20,<2",)
+"""The client most MCP consumers install today (vLLM, open-instruct); the server is mcp 2.x."""
 
 
 def _uv() -> str:

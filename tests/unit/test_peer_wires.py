@@ -178,3 +178,16 @@ def test_nemo_requests_and_answers() -> None:
         "stderr": "Execution timed out after 30 seconds\n",
         "new_session_created": False,
     }
+
+
+def test_mcp_tool_content() -> None:
+    from sandbox_service.api.compat import mcp_content
+
+    ok = _result(stdout="42\n", display=[{"text/plain": "42"}, {"image/png": "iVBOR"}])
+    assert mcp_content.tool_text(ok) == "42\n"
+    assert mcp_content.tool_images(ok) == ["iVBOR"]
+    assert not mcp_content.is_error(ok)
+    timed_out = _result(status="timeout", stdout="partial")
+    assert mcp_content.tool_text(timed_out) == "partial\n[status: timeout]\n"
+    assert mcp_content.is_error(timed_out)
+    assert mcp_content.tool_text(_result()) == "[no output]\n"

@@ -23,6 +23,7 @@ from sandbox_service.api.compat.e2b_routes import E2bWire
 from sandbox_service.api.compat.nemo import is_nemo_body
 from sandbox_service.api.compat.nemo_routes import NemoWire
 from sandbox_service.api.compat.openinstruct import PATH as OPEN_INSTRUCT_PATH
+from sandbox_service.tenancy import tenant_var
 
 
 class PeerWires:
@@ -47,7 +48,7 @@ class PeerWires:
         elif is_control_path(path):
             await self._e2b.control(scope, receive, send)
         elif self._mcp is not None and (path == "/mcp" or path.startswith("/mcp/")):
-            await self._mcp(scope, receive, send)
+            await self._mcp(_with_tenant(scope), receive, send)
         elif (
             scope["method"] == "DELETE"
             and path.startswith("/sessions/")
@@ -90,3 +91,11 @@ async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
         return await receive()
 
     return body, replay
+
+
+def _with_tenant(scope: Scope) -> Scope:
+    """The scope with the request's tenant in the header the MCP tools read (mcp_server.py);
+    a client's own header of that name is dropped."""
+    headers = [(k, v) for k, v in scope["headers"] if k != b"x-rl-sandbox-tenant"]
+    headers.append((b"x-rl-sandbox-tenant", tenant_var.get().name.encode()))
+    return {**scope, "headers": headers}

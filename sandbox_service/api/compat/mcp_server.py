@@ -1,0 +1,121 @@
+"""An MCP server (the official `mcp` SDK, 2.x, extra `mcp`) with two tools: `python`, stateful (one
+session of ours per MCP session), and `python_stateless`. Rich outputs come back as MCP image
+content (mcp_content.py says what the text holds).
+
+Two transports: streamable HTTP at `/mcp` of the service (compat/wires.py sends it there; the
+Edge has checked the key, and the tenant of the request names the session), and stdio
+(`rl-sandbox mcp --url ...`, a process that calls a running service over HTTP with our client).
+A session of ours is named by its MCP session's id and expires `session_ttl_s` after its last
+call (an MCP session's end is not passed on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
+
+from sandbox_service import __version__
+from sandbox_service.api.compat import mcp_content
+from trainer_client.wire import ExecuteResult
+
+RunCode = Callable[[str, str | None, float, str], Awaitable[ExecuteResult]]
+"""(code, session id or None, timeout in seconds, tenant name) -> the result."""
+TENANT_HEADER = "x-rl-sandbox-tenant"
+"""Set by compat/wires.py from the request's tenant (a client's own value is dropped)."""
+DEFAULT_TIMEOUT_S = 10.0
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,128}")
+
+
+def _content(result: ExecuteResult) -> CallToolResult:
+    blocks: list[ContentBlock] = [TextContent(type="text", text=mcp_content.tool_text(result))]
+    blocks += [
+        ImageContent(type="image", data=png, mime_type="image/png")
+        for png in mcp_content.tool_images(result)
+    ]
+    return CallToolResult(content=blocks, is_error=mcp_content.is_error(result))
+
+
+def build_server(run: RunCode, max_timeout_s: float) -> MCPServer:
+    """The MCP server whose tools run code through `run`."""
+    server = MCPServer(
+        name="rl-sandbox", version=__version__, instructions=mcp_content.TOOL_DESCRIPTION
+    )
+    process_session = f"mcp-{uuid.uuid4().hex}"
+
+    def tenant_of(ctx: Context) -> str:
+        headers = ctx.headers or {}
+        return headers.get(TENANT_HEADER, "default")
+
+    def session_of(ctx: Context) -> str | None:
+        """Our session of this MCP session: over HTTP named by its `mcp-session-id` (random, the
+        SDK's), over stdio the process's own; None for a request outside any MCP session."""
+        if ctx.headers is None:
+            return process_session
+        mcp_session = ctx.headers.get("mcp-session-id")
+        if mcp_session is None or not SESSION_ID.fullmatch(mcp_session):
+            return None
+        return f"mcp-{mcp_session}"
+
+    def limit(timeout: float) -> float:
+        return min(max(timeout, 0.1), max_timeout_s)
+
+    @server.tool(name="python", description=mcp_content.TOOL_DESCRIPTION, structured_output=False)
+    async def python(
+        code: str,
+        ctx: Context,
+        timeout: float = DEFAULT_TIMEOUT_S,  # noqa: ASYNC109 (the tool's)
+    ) -> CallToolResult:
+        result = await run(code, session_of(ctx), limit(timeout), tenant_of(ctx))
+        return _content(result)
+
+    @server.tool(
+        name="python_stateless",
+        description=mcp_content.STATELESS_DESCRIPTION,
+        structured_output=False,
+    )
+    async def python_stateless(
+        code: str,
+        ctx: Context,
+        timeout: float = DEFAULT_TIMEOUT_S,  # noqa: ASYNC109 (the tool's)
+    ) -> CallToolResult:
+        result = await run(code, None, limit(timeout), tenant_of(ctx))
+        return _content(result)
+
+    return server
+
+
+def http_app(server: MCPServer) -> Any:
+    """The streamable-HTTP ASGI app at `/mcp` (its session manager runs in the API's lifespan).
+    DNS-rebinding protection is off: the service is reached by name from other hosts, and the
+    API key (the Edge) is what guards it."""
+    return server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+
+def run_stdio(url: str, api_key: str | None, max_timeout_s: float) -> int:
+    """`rl-sandbox mcp`: the MCP server on stdin/stdout, running code on the service at `url`."""
+    from trainer_client.client import SandboxClient
+
+    async def main() -> None:
+        async with SandboxClient(
+            url, api_key=api_key, server_max_timeout_s=max_timeout_s
+        ) as client:
+
+            async def run(
+                code: str, session: str | None, timeout_s: float, tenant: str
+            ) -> ExecuteResult:
+                return await client.execute(code, timeout=timeout_s, session_id=session)
+
+            await build_server(run, max_timeout_s).run_stdio_async()
+
+    asyncio.run(main())
+    return 0
