@@ -1,6 +1,6 @@
 """Acceptance: the MCP Python SDK's client (mcp 1.x, as vLLM, open-instruct and verifiers install
-it; our server is mcp 2.x) calls rl-sandbox's tools over streamable HTTP at /mcp and over stdio
-(`rl-sandbox mcp`), against a running service with an API key."""
+it; our server is mcp 2.x) calls rl-sandbox's tools over streamable HTTP at /mcp, SSE at
+/mcp/sse and stdio (`rl-sandbox mcp`), against a running service with an API key."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def seen(
         stack.stop()
 
 
-@pytest.mark.parametrize("transport", ["http_", "stdio_"])
+@pytest.mark.parametrize("transport", ["http_", "sse_", "stdio_"])
 def test_python_tools(seen: dict[str, Any], transport: str) -> None:
     assert seen[transport + "tools"] == ["python", "python_stateless"]
     assert seen[transport + "stateful"] == "42\n"
@@ -54,4 +54,6 @@ def test_python_tools(seen: dict[str, Any], transport: str) -> None:
 
 def test_sessions_are_per_mcp_session_and_keyed(seen: dict[str, Any]) -> None:
     assert seen["new_session_lacks_x"] is True
+    assert seen["sse_new_session_lacks_x"] is True
+    assert seen["server_name"] == "python"  # vLLM's tool namespace
     assert seen["no_key"] != "accepted" and "401" in seen["no_key"]

@@ -42,7 +42,15 @@ class McpMount:
             return ExecuteResult.model_validate(result)
 
         self._server = mcp_server.build_server(run, ctx.settings.max_timeout)
-        self.app = mcp_server.http_app(self._server)
+        streamable = mcp_server.http_app(self._server)
+        sse = mcp_server.sse_app(self._server)
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            path: str = scope["path"]
+            target = sse if path == "/mcp/sse" or path.startswith("/mcp/messages") else streamable
+            await target(scope, receive, send)
+
+        self.app = app
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

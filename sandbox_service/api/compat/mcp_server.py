@@ -30,6 +30,9 @@ RunCode = Callable[[str, str | None, float, str], Awaitable[ExecuteResult]]
 TENANT_HEADER = "x-rl-sandbox-tenant"
 """Set by compat/wires.py from the request's tenant (a client's own value is dropped)."""
 DEFAULT_TIMEOUT_S = 10.0
+SERVER_NAME = "python"
+"""The server's name: vLLM takes it as the tool namespace, and `python` is the one gpt-oss's
+built-in python tool calls."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,128}")
 
 
@@ -45,7 +48,7 @@ def _content(result: ExecuteResult) -> CallToolResult:
 def build_server(run: RunCode, max_timeout_s: float) -> MCPServer:
     """The MCP server whose tools run code through `run`."""
     server = MCPServer(
-        name="rl-sandbox", version=__version__, instructions=mcp_content.TOOL_DESCRIPTION
+        name=SERVER_NAME, version=__version__, instructions=mcp_content.TOOL_DESCRIPTION
     )
     process_session = f"mcp-{uuid.uuid4().hex}"
 
@@ -54,11 +57,16 @@ def build_server(run: RunCode, max_timeout_s: float) -> MCPServer:
         return headers.get(TENANT_HEADER, "default")
 
     def session_of(ctx: Context) -> str | None:
-        """Our session of this MCP session: over HTTP named by its `mcp-session-id` (random, the
-        SDK's), over stdio the process's own; None for a request outside any MCP session."""
-        if ctx.headers is None:
+        """Our session of this MCP session: over HTTP named by its id (streamable HTTP's
+        `mcp-session-id` header, SSE's `session_id` query; random, the SDK's), over stdio the
+        process's own; None for a request outside any MCP session."""
+        request = ctx.request_context.request
+        if request is None:
             return process_session
-        mcp_session = ctx.headers.get("mcp-session-id")
+        mcp_session = request.headers.get("mcp-session-id")
+        if mcp_session is None:
+            query = getattr(request, "query_params", None)
+            mcp_session = query.get("session_id") if query is not None else None
         if mcp_session is None or not SESSION_ID.fullmatch(mcp_session):
             return None
         return f"mcp-{mcp_session}"
@@ -97,6 +105,16 @@ def http_app(server: MCPServer) -> Any:
     API key (the Edge) is what guards it."""
     return server.streamable_http_app(
         streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+
+def sse_app(server: MCPServer) -> Any:
+    """The SSE transport's ASGI app: `GET /mcp/sse`, `POST /mcp/messages/` (vLLM's
+    `--tool-server <host>:<port>/mcp` connects to `http://<host>:<port>/mcp/sse`)."""
+    return server.sse_app(
+        sse_path="/mcp/sse",
+        message_path="/mcp/messages/",
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
 

@@ -8,6 +8,7 @@ import json
 import os
 
 from mcp import ClientSession, StdioServerParameters
+from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
 
@@ -47,6 +48,15 @@ async def main():
         await session.initialize()
         other = await session.call_tool("python", {"code": "x"})
         seen["new_session_lacks_x"] = "NameError" in texts(other)
+    sse_url = os.environ["MCP_URL"] + "/sse"
+    async with sse_client(sse_url, headers=key) as (read, write), ClientSession(read, write) as s:
+        await calls(s, seen, "sse_")
+    async with sse_client(sse_url, headers=key) as (read, write), ClientSession(read, write) as s:
+        init = await s.initialize()
+        seen["server_name"] = init.serverInfo.name
+        seen["sse_new_session_lacks_x"] = "NameError" in texts(
+            await s.call_tool("python", {"code": "x"})
+        )
     try:
         async with http({}) as (read, write, _), ClientSession(read, write) as session:
             await session.initialize()
