@@ -4,6 +4,8 @@ the sandboxes), with an API key set on the server."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,6 +128,9 @@ def test_hostile_input_is_never_a_5xx(e2b_stack: Stack) -> None:
     calls += [("POST", "/files?path=/etc/x", envd), ("POST", "/files", envd)]
     calls += [("GET", "/files?path=../../x", envd), ("POST", "/process.Process/Start", envd)]
     calls += [("POST", "/execute", {"X-Session-ID": "s"}), ("POST", "/open-instruct/execute", {})]
+    bearer = {"Authorization": f"Bearer {API_KEY}"}
+    calls += [("POST", "/mcp", bearer), ("POST", "/mcp/messages/?session_id=00", bearer)]
+    calls += [("DELETE", "/mcp", {**bearer, "mcp-session-id": "nope"}), ("GET", "/mcp/x", bearer)]
     statuses = set()
     for method, path, headers in calls:
         for body in bodies:
@@ -136,3 +141,47 @@ def test_hostile_input_is_never_a_5xx(e2b_stack: Stack) -> None:
             statuses.add(answer.status_code)
     assert 400 in statuses
     httpx.delete(f"{url}/sandboxes/{sandbox['sandboxID']}", headers=key)
+
+
+def _sandbox(stack: Stack) -> tuple[dict[str, str], dict[str, str]]:
+    key = {"X-API-KEY": e2b_key_for(API_KEY)}
+    sandbox = httpx.post(f"{stack.url}/v2/sandboxes", json={}, headers=key, timeout=30).json()
+    plane = {
+        "E2b-Sandbox-Id": sandbox["sandboxID"],
+        "E2b-Sandbox-Port": "49999",
+        "X-Access-Token": sandbox["envdAccessToken"],
+    }
+    return key, plane
+
+
+def _value(stack: Stack, plane: dict[str, str], code: str) -> list[dict[str, Any]]:
+    answer = httpx.post(f"{stack.url}/execute", json={"code": code}, headers=plane, timeout=60)
+    return [json.loads(line) for line in answer.text.splitlines()]
+
+
+def test_long_cell_streams_keepalives(e2b_stack: Stack) -> None:
+    _, plane = _sandbox(e2b_stack)
+    code = "import time\ntime.sleep(6.5)\n'slept'"
+    with httpx.stream("POST", f"{e2b_stack.url}/execute", json={"code": code}, headers=plane) as r:
+        lines = [json.loads(line) for line in r.iter_lines()]
+    kinds = [line["type"] for line in lines]
+    assert kinds[0] == "keepalive" and kinds[-1] == "end_of_execution"
+    assert {"type": "result", "is_main_result": True, "text": "slept"} in lines
+
+
+def test_a_client_that_leaves_cancels_its_cell(e2b_stack: Stack) -> None:
+    _, plane = _sandbox(e2b_stack)
+    url = f"{e2b_stack.url}/execute"
+    # left before the answer started (within the first keepalive interval)
+    with pytest.raises(httpx.ReadTimeout):
+        code = "import time\ntime.sleep(3)\nbefore = 1"
+        httpx.post(url, json={"code": code}, headers=plane, timeout=httpx.Timeout(60, read=1))
+    # left after the stream started (after its first keepalive line)
+    code = "import time\ntime.sleep(8)\nafter = 1"
+    with httpx.stream("POST", url, json={"code": code}, headers=plane, timeout=60) as r:
+        first = next(r.iter_lines())
+    assert json.loads(first) == {"type": "keepalive"}
+    time.sleep(6)  # both cells would have finished by now had they not been killed
+    for name in ("before", "after"):
+        errors = [line for line in _value(e2b_stack, plane, name) if line["type"] == "error"]
+        assert errors and errors[0]["name"] == "NameError", name

@@ -328,6 +328,10 @@ class E2bWire:
         )
         left = asyncio.create_task(_disconnected(receive))
         try:
+            if not running.done():  # 5 s have passed without output
+                await send(
+                    {"type": "http.response.body", "body": e2b.keepalive_line(), "more_body": True}
+                )
             while not running.done():
                 await asyncio.wait(
                     {running, left}, timeout=e2b.KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
