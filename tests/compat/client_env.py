@@ -21,6 +21,11 @@ DRIVERS = Path(__file__).resolve().parent / "drivers"
 E2B_REQUIREMENTS = ("e2b-code-interpreter>=2.9", "e2b>=2.6")
 MCP_REQUIREMENTS = ("mcp>=1.20,<2",)
 """The client most MCP consumers install today (vLLM, open-instruct); the server is mcp 2.x."""
+SANDBOXFUSION_PEERS = ("aiohttp", "numpy", "chz", "requests")
+"""What tinker-cookbook's code-grading path and skyrl-agent's SandboxFusion helper import; the
+packages themselves come without their dependencies (tinker, litellm, torch...), which those
+paths never touch."""
+SANDBOXFUSION_PEERS_NO_DEPS = ("tinker-cookbook==0.6.1", "skyrl==0.4.0")
 
 
 def _uv() -> str:
@@ -35,9 +40,9 @@ def _run(args: list[str]) -> None:
     assert done.returncode == 0, f"{args}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
 
 
-def client_python(name: str, requirements: tuple[str, ...]) -> Path:
+def client_python(name: str, requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
     """The interpreter of the cached client environment `name`, built on first use."""
-    key = hashlib.sha256("\n".join((PYTHON_VERSION, *requirements)).encode()).hexdigest()
+    key = hashlib.sha256("\n".join((PYTHON_VERSION, *requirements, *no_deps)).encode()).hexdigest()
     venv = Path.home() / ".cache" / "rl-sandbox" / f"{name}-env-{key[:12]}"
     python = venv / "bin" / "python"
     if (venv / ".complete").exists():
@@ -52,7 +57,9 @@ def client_python(name: str, requirements: tuple[str, ...]) -> Path:
     uv = _uv()
     _run([uv, "venv", "-q", "--python", interpreter, str(venv)])
     _run([uv, "pip", "install", "-q", "--python", str(python), *requirements])
-    (venv / ".complete").write_text("\n".join(requirements) + "\n")
+    if no_deps:
+        _run([uv, "pip", "install", "-q", "--python", str(python), "--no-deps", *no_deps])
+    (venv / ".complete").write_text("\n".join((*requirements, *no_deps)) + "\n")
     return python
 
 

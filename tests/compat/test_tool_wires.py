@@ -9,7 +9,10 @@ vLLM), sent exactly as their clients send them:
   "timeout"}` to its `api_endpoint`, reading `output` and `error`.
 - SkyRL's skyrl-agent and tinker-cookbook post SandboxFusion's `/run_code` body
   (`{"code", "language", "run_timeout", "files"}`) to the URL of `SANDBOX_FUSION_URL` /
-  `SANDBOX_URL` and read `status == "Success"` and `run_result.stdout`.
+  `SANDBOX_URL` and read `status == "Success"` and `run_result.stdout`; these two also run
+  through their own code (tinker-cookbook 0.6.1's `sandbox_check_correctness`, skyrl 0.4.0's
+  `_process_single_case`), installed without their heavy dependencies, which those paths never
+  import.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ import uuid
 
 import httpx
 
+from tests.compat.client_env import (
+    SANDBOXFUSION_PEERS,
+    SANDBOXFUSION_PEERS_NO_DEPS,
+    client_python,
+    run_driver,
+)
 from tests.service.stack import Stack
 
 JSON = {"Content-Type": "application/json"}
@@ -120,3 +129,17 @@ def test_skyrl_and_tinker_run_code(compat_stack: Stack) -> None:
         timeout=60,
     ).json()
     assert skyrl["status"] == "Success" and skyrl["run_result"]["stdout"] == "2\n"
+
+
+def test_tinker_cookbook_and_skyrl_through_their_own_code(compat_stack: Stack) -> None:
+    python = client_python("sandboxfusion-peers", SANDBOXFUSION_PEERS, SANDBOXFUSION_PEERS_NO_DEPS)
+    env = {
+        "SANDBOX_URL": f"{compat_stack.url}/run_code",
+        "SANDBOX_FUSION_URL": compat_stack.url,
+    }
+    seen = run_driver(python, "sandboxfusion_peers.py", env)
+    assert seen["tinker_right"] is True and seen["tinker_right_status"] == "Success"
+    assert seen["tinker_wrong"] is False
+    assert seen["skyrl_tool"] == ["Finished", "42\n"]
+    assert seen["skyrl_graded"] == "success"
+    assert seen["skyrl_wrong"] == "wrong_answer"
