@@ -83,7 +83,9 @@ def test_contexts_are_separate_sessions(seen: dict[str, Any]) -> None:
 
 
 def test_refused_and_lifecycle(seen: dict[str, Any]) -> None:
-    assert seen["commands"].startswith("SandboxException"), seen["commands"]  # no shell
+    for refused in (seen["commands"], seen["files_list"]):  # envd's Connect RPC: no shell here
+        assert refused.startswith("SandboxException: Code.UNIMPLEMENTED: "), refused
+    assert seen["envs"] == "hi" and seen["create_env"] == "yes"
     assert seen["sandbox_id"] in seen["listed"]
     assert seen["info_id"] == seen["sandbox_id"]
     assert seen["other_create"].startswith("AuthenticationException")

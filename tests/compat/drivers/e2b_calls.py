@@ -22,7 +22,7 @@ def failure(call):
     return None
 
 
-sandbox = Sandbox.create()
+sandbox = Sandbox.create(envs={"FROM_CREATE": "yes"}, metadata={"run": "e2b-test"})
 seen["sandbox_id"] = sandbox.sandbox_id
 seen["running"] = sandbox.is_running()
 first = sandbox.run_code("x = 41\nprint('set')")
@@ -71,8 +71,11 @@ sandbox.remove_code_context(context)
 seen["contexts_after_remove"] = sorted(c.id for c in sandbox.list_code_contexts())
 
 seen["commands"] = failure(lambda: sandbox.commands.run("ls"))
+seen["files_list"] = failure(lambda: sandbox.files.list("/home/user"))
+seen["envs"] = sandbox.run_code("import os\nos.environ['GREETING']", envs={"GREETING": "hi"}).text
 sandbox.set_timeout(120)
 seen["listed"] = [s.sandbox_id for s in Sandbox.list().next_items()]
+seen["create_env"] = sandbox.run_code("os.environ['FROM_CREATE']").text
 seen["info_id"] = sandbox.get_info().sandbox_id
 
 other = {"api_key": os.environ["E2B_OTHER_KEY"]}
