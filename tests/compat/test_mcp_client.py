@@ -5,11 +5,13 @@ it; our server is mcp 2.x) calls rl-sandbox's tools over streamable HTTP at /mcp
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from sandbox_service.local.redis_server import RedisServer
 from tests.compat.client_env import MCP_REQUIREMENTS, client_python, run_driver
@@ -35,9 +37,22 @@ def seen(
             "MCP_KEY": API_KEY,
             "MCP_COMMAND": str(Path(sys.executable).parent / "rl-sandbox"),
         }
-        yield run_driver(python, "mcp_calls.py", driver_env)
+        seen = run_driver(python, "mcp_calls.py", driver_env)
+        seen["sessions_left"] = _sessions_left(compat_redis.url, env["RL_SANDBOX_QUEUE_NAME"])
+        yield seen
     finally:
         stack.stop()
+
+
+def _sessions_left(redis_url: str, queue: str) -> list[str]:
+    """The sessions of ours still kept, once their MCP sessions' ends have been handled."""
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 20
+    while True:
+        left = sorted(key.decode() for key in client.scan_iter(f"{queue}:session:*"))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("transport", ["http_", "sse_", "stdio_"])
@@ -56,4 +71,9 @@ def test_sessions_are_per_mcp_session_and_keyed(seen: dict[str, Any]) -> None:
     assert seen["new_session_lacks_x"] is True
     assert seen["sse_new_session_lacks_x"] is True
     assert seen["server_name"] == "python"  # vLLM's tool namespace
+
+
+def test_a_closed_mcp_session_ends_its_session(seen: dict[str, Any]) -> None:
+    # streamable HTTP's DELETE, a closed SSE stream, and stdio's end each ended theirs
+    assert seen["sessions_left"] == []
     assert seen["no_key"] != "accepted" and "401" in seen["no_key"]

@@ -3,17 +3,26 @@ its sessions are named in the tenant of the request (see wires.py, which passes 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from redis.exceptions import RedisError
+from starlette.types import Message, Receive, Scope, Send
+
 from sandbox_service.api.context import ApiContext
+from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.jobs import JobPayload
 from sandbox_service.logs import request_id_var
 from sandbox_service.tenancy import Tenant, scoped
 from trainer_client.wire import ExecuteResult
 
 ROUTE = "/mcp"
+_SSE_SESSION = re.compile(rb"session_id=([0-9a-f]{8,128})")
+"""The SSE transport's session id, in the first event it sends (the endpoint to post to)."""
 MEMORY_MB = 1024
 
 
@@ -41,14 +50,49 @@ class McpMount:
             (result,) = await ctx.run([payload], ROUTE)
             return ExecuteResult.model_validate(result)
 
+        async def end(mcp_session: str, tenant: str) -> None:
+            session = scoped(Tenant(tenant), mcp_server.session_name(mcp_session))
+            with contextlib.suppress(Overloaded, Unavailable, RedisError, OSError):
+                await ctx.dispatcher.end_session(session, request_id_var.get())
+
         self._server = mcp_server.build_server(run, ctx.settings.max_timeout)
+        self._ending: set[asyncio.Task[None]] = set()
         streamable = mcp_server.http_app(self._server)
         sse = mcp_server.sse_app(self._server)
 
-        async def app(scope: Any, receive: Any, send: Any) -> None:
+        def end_later(mcp_session: str, scope: Scope) -> None:
+            headers = dict(scope["headers"])
+            tenant = headers.get(mcp_server.TENANT_HEADER.encode(), b"default").decode()
+            task = asyncio.create_task(end(mcp_session, tenant), name="mcp-session-end")
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            """The two transports; the end of an MCP session (streamable HTTP's DELETE, an SSE
+            stream closed) ends its session of ours."""
             path: str = scope["path"]
-            target = sse if path == "/mcp/sse" or path.startswith("/mcp/messages") else streamable
-            await target(scope, receive, send)
+            if path.startswith("/mcp/messages"):
+                await sse(scope, receive, send)
+            elif path == "/mcp/sse":
+                opened: list[str] = []
+
+                async def sniff(message: Message) -> None:
+                    if not opened and message["type"] == "http.response.body":
+                        found = _SSE_SESSION.search(message.get("body", b""))
+                        if found:
+                            opened.append(found.group(1).decode())
+                    await send(message)
+
+                try:
+                    await sse(scope, receive, sniff)
+                finally:
+                    if opened:
+                        end_later(opened[0], scope)
+            else:
+                await streamable(scope, receive, send)
+                mcp_session = dict(scope["headers"]).get(b"mcp-session-id")
+                if scope["method"] == "DELETE" and mcp_session is not None:
+                    end_later(mcp_session.decode("latin-1"), scope)
 
         self.app = app
 

@@ -12,6 +12,7 @@ call (an MCP session's end is not passed on).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
 from collections.abc import Awaitable, Callable
@@ -45,12 +46,12 @@ def _content(result: ExecuteResult) -> CallToolResult:
     return CallToolResult(content=blocks, is_error=mcp_content.is_error(result))
 
 
-def build_server(run: RunCode, max_timeout_s: float) -> MCPServer:
-    """The MCP server whose tools run code through `run`."""
+def build_server(run: RunCode, max_timeout_s: float, process_session: str = "") -> MCPServer:
+    """The MCP server whose tools run code through `run`; `process_session` is the session of
+    a stdio server (its one client)."""
     server = MCPServer(
         name=SERVER_NAME, version=__version__, instructions=mcp_content.TOOL_DESCRIPTION
     )
-    process_session = f"mcp-{uuid.uuid4().hex}"
 
     def tenant_of(ctx: Context) -> str:
         headers = ctx.headers or {}
@@ -69,7 +70,7 @@ def build_server(run: RunCode, max_timeout_s: float) -> MCPServer:
             mcp_session = query.get("session_id") if query is not None else None
         if mcp_session is None or not SESSION_ID.fullmatch(mcp_session):
             return None
-        return f"mcp-{mcp_session}"
+        return session_name(mcp_session)
 
     def limit(timeout: float) -> float:
         return min(max(timeout, 0.1), max_timeout_s)
@@ -97,6 +98,11 @@ def build_server(run: RunCode, max_timeout_s: float) -> MCPServer:
         return _content(result)
 
     return server
+
+
+def session_name(mcp_session_id: str) -> str:
+    """Our session id of an MCP session (before the tenant's scope)."""
+    return f"mcp-{mcp_session_id}"
 
 
 def http_app(server: MCPServer) -> Any:
@@ -133,7 +139,12 @@ def run_stdio(url: str, api_key: str | None, max_timeout_s: float) -> int:
             ) -> ExecuteResult:
                 return await client.execute(code, timeout=timeout_s, session_id=session)
 
-            await build_server(run, max_timeout_s).run_stdio_async()
+            session = session_name(uuid.uuid4().hex)
+            try:
+                await build_server(run, max_timeout_s, session).run_stdio_async()
+            finally:  # stdin closed: the one client is gone
+                with contextlib.suppress(Exception):
+                    await client.end_session(session)
 
     asyncio.run(main())
     return 0
