@@ -7,6 +7,7 @@ import json
 import pytest
 
 from sandbox_service.api.compat import e2b, nemo
+from sandbox_service.api.compat import e2b_interpreter as interpreter
 from trainer_client.wire import ExecuteResult
 
 
@@ -61,12 +62,12 @@ def test_new_sandbox_validation() -> None:
 
 
 def test_cell_validation() -> None:
-    assert e2b.parse_cell(b'{"code": "1", "context_id": null, "language": null}') == e2b.Cell(
-        "1", "default", {}
-    )
-    assert isinstance(e2b.parse_cell(b'{"code": "1", "language": "r"}'), e2b.ApiError)
-    assert isinstance(e2b.parse_cell(b'{"code": 1}'), e2b.ApiError)
-    missing = e2b.parse_cell(b'{"code": "1", "context_id": "../x"}')
+    assert interpreter.parse_cell(
+        b'{"code": "1", "context_id": null, "language": null}'
+    ) == interpreter.Cell("1", "default", {})
+    assert isinstance(interpreter.parse_cell(b'{"code": "1", "language": "r"}'), e2b.ApiError)
+    assert isinstance(interpreter.parse_cell(b'{"code": 1}'), e2b.ApiError)
+    missing = interpreter.parse_cell(b'{"code": "1", "context_id": "../x"}')
     assert isinstance(missing, e2b.ApiError) and missing.code == 404
 
 
@@ -80,15 +81,17 @@ def test_cell_validation() -> None:
     ],
 )
 def test_paths_map_home_onto_the_working_directory(path: str, jailed: str) -> None:
-    assert e2b.jail_path(path) == jailed
-    assert e2b.e2b_path(jailed) == (path if path.startswith("/tmp") else "/home/user/" + jailed)
+    assert interpreter.jail_path(path) == jailed
+    assert interpreter.e2b_path(jailed) == (
+        path if path.startswith("/tmp") else "/home/user/" + jailed
+    )
 
 
 @pytest.mark.parametrize(
     "path", ["/etc/passwd", "/home/user", "/home/user/../../etc/x", "", "a\x00"]
 )
 def test_paths_outside_are_refused(path: str) -> None:
-    assert isinstance(e2b.jail_path(path), e2b.ApiError)
+    assert isinstance(interpreter.jail_path(path), e2b.ApiError)
 
 
 def test_multipart_and_octet_stream_uploads() -> None:
@@ -96,15 +99,15 @@ def test_multipart_and_octet_stream_uploads() -> None:
         b'--B\r\nContent-Disposition: form-data; name="file"; filename="/home/user/a.txt"\r\n'
         b"Content-Type: application/octet-stream\r\n\r\nhello\r\n--B--\r\n"
     )
-    assert e2b.uploaded_files("multipart/form-data; boundary=B", body, None) == [
+    assert interpreter.uploaded_files("multipart/form-data; boundary=B", body, None) == [
         ("/home/user/a.txt", b"hello")
     ]
-    assert e2b.uploaded_files("application/octet-stream", b"\x00\x01", "b.bin") == [
+    assert interpreter.uploaded_files("application/octet-stream", b"\x00\x01", "b.bin") == [
         ("b.bin", b"\x00\x01")
     ]
-    assert isinstance(e2b.uploaded_files("text/plain", b"x", "a"), e2b.ApiError)
+    assert isinstance(interpreter.uploaded_files("text/plain", b"x", "a"), e2b.ApiError)
     assert isinstance(
-        e2b.uploaded_files("multipart/form-data; boundary=B", b"junk", None), e2b.ApiError
+        interpreter.uploaded_files("multipart/form-data; boundary=B", b"junk", None), e2b.ApiError
     )
 
 
@@ -117,7 +120,7 @@ def test_cell_lines_main_result_and_figures() -> None:
         stdout="hi\n'done'\n",
         display=[{"image/png": "iVBORw0K"}, {"text/plain": "'done'"}],
     )
-    lines = e2b.cell_lines(result, 3, 7)
+    lines = interpreter.cell_lines(result, 3, 7)
     assert lines[0] == {"type": "number_of_executions", "execution_count": 3}
     assert lines[1] == {"type": "stdout", "text": "hi\n", "timestamp": 7}
     assert lines[2] == {"type": "result", "is_main_result": False, "png": "iVBORw0K"}
@@ -132,7 +135,7 @@ def test_cell_lines_error_and_failures() -> None:
         stderr="warn\n" + "".join(traceback),
         error={"ename": "ValueError", "evalue": "bad", "traceback": traceback},
     )
-    lines = e2b.cell_lines(failed, 1, 0)
+    lines = interpreter.cell_lines(failed, 1, 0)
     assert {"type": "stderr", "text": "warn\n", "timestamp": 0} in lines
     assert lines[-1] == {
         "type": "error",
@@ -140,10 +143,10 @@ def test_cell_lines_error_and_failures() -> None:
         "value": "bad",
         "traceback": "".join(traceback),
     }
-    timeout = e2b.cell_lines(_result(status="timeout", stderr="killed at 30 s"), 2, 0)
+    timeout = interpreter.cell_lines(_result(status="timeout", stderr="killed at 30 s"), 2, 0)
     assert timeout[-1]["name"] == "TimeoutError"
     assert all(line["type"] != "stderr" for line in timeout)
-    assert e2b.encode_lines(lines).count(b"\n") == len(lines)
+    assert interpreter.encode_lines(lines).count(b"\n") == len(lines)
 
 
 def test_nemo_body_detection() -> None:

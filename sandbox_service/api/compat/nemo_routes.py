@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.types import Scope, Send
 
 from sandbox_service.api.compat import nemo, openinstruct
+from sandbox_service.api.compat.asgi_io import send_json
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.jobs import JobPayload
@@ -27,23 +25,6 @@ class NemoWire:
     def __init__(self, ctx: ApiContext) -> None:
         self._ctx = ctx
 
-    async def _send(
-        self, send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None
-    ) -> None:
-        body = json.dumps(value).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *(headers or []),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
     @staticmethod
     def _session_header(scope: Scope) -> str | None:
         raw = dict(scope["headers"]).get(b"x-session-id")
@@ -56,11 +37,11 @@ class NemoWire:
         header = self._session_header(scope)
         call = nemo.parse_call(body, header, self._ctx.settings.max_timeout)
         if isinstance(call, dict):
-            await self._send(send, 400, call)
+            await send_json(send, 400, call)
             return
         if len(call.code.encode()) > self._ctx.settings.max_code_bytes:
             why = f"generated_code over {self._ctx.settings.max_code_bytes} bytes\n"
-            await self._send(send, 400, nemo.answer("error", stderr=why))
+            await send_json(send, 400, nemo.answer("error", stderr=why))
             return
         session = scoped(tenant_var.get(), header) if call.stateful and header else None
         payload = JobPayload(
@@ -77,12 +58,12 @@ class NemoWire:
             self._ctx.metrics.rejected.labels("queue_full").inc()
             retry = [(b"retry-after", str(self._ctx.settings.retry_after_s).encode())]
             why = f"{exc}; nothing ran, retry later\n"
-            await self._send(send, 429, nemo.answer("error", stderr=why), retry)
+            await send_json(send, 429, nemo.answer("error", stderr=why), retry)
             return
         except Unavailable as exc:
-            await self._send(send, 503, nemo.answer("error", stderr=f"{exc}\n"))
+            await send_json(send, 503, nemo.answer("error", stderr=f"{exc}\n"))
             return
-        await self._send(send, 200, nemo.to_answer(ExecuteResult.model_validate(result), call))
+        await send_json(send, 200, nemo.to_answer(ExecuteResult.model_validate(result), call))
 
     async def delete(self, session_id: str, send: Send) -> None:
         """End a session: 200, or 404 when there is none (what NeMo-Skills' client waits for)."""
@@ -90,30 +71,29 @@ class NemoWire:
         try:
             ended = await self._ctx.dispatcher.end_session(session, request_id_var.get())
         except (Overloaded, Unavailable) as exc:
-            await self._send(send, 503, {"error": str(exc)})
+            await send_json(send, 503, {"error": str(exc)})
             return
         if not ended:
-            await self._send(send, 404, {"error": f"IPython session {session_id} not found"})
+            await send_json(send, 404, {"error": f"IPython session {session_id} not found"})
             return
-        await self._send(send, 200, {"message": f"IPython session {session_id} deleted"})
+        await send_json(send, 200, {"message": f"IPython session {session_id} deleted"})
 
     async def health(self, send: Send) -> None:
         """NeMo-Skills' `GET /health`: 200 once the service can run code (as /readyz)."""
         ready, reason = await self._ctx.dispatcher.readiness()
         status = 200 if ready else 503
-        await self._send(
-            send, status, {"status": "healthy" if ready else "unavailable", "detail": reason}
-        )
+        answer = {"status": "healthy" if ready else "unavailable", "detail": reason}
+        await send_json(send, status, answer)
 
     async def open_instruct(self, body: bytes, send: Send) -> None:
         """open-instruct's `PythonCodeTool` call."""
         call = openinstruct.parse_call(body, self._ctx.settings.max_timeout)
         if isinstance(call, dict):
-            await self._send(send, 400, call)
+            await send_json(send, 400, call)
             return
         if len(call.code.encode()) > self._ctx.settings.max_code_bytes:
             why = f"code over {self._ctx.settings.max_code_bytes} bytes"
-            await self._send(send, 400, openinstruct.answer("", why))
+            await send_json(send, 400, openinstruct.answer("", why))
             return
         payload = JobPayload(
             code=call.code,
@@ -126,10 +106,10 @@ class NemoWire:
         except Overloaded as exc:
             self._ctx.metrics.rejected.labels("queue_full").inc()
             retry = [(b"retry-after", str(self._ctx.settings.retry_after_s).encode())]
-            await self._send(send, 429, openinstruct.answer("", f"{exc}; retry later"), retry)
+            await send_json(send, 429, openinstruct.answer("", f"{exc}; retry later"), retry)
             return
         except Unavailable as exc:
-            await self._send(send, 503, openinstruct.answer("", str(exc)))
+            await send_json(send, 503, openinstruct.answer("", str(exc)))
             return
         answer = openinstruct.to_answer(ExecuteResult.model_validate(result), call)
-        await self._send(send, 200, answer)
+        await send_json(send, 200, answer)

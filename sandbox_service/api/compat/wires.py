@@ -16,8 +16,9 @@ It sits inside the Edge (request id, API key, body cap, access log, disconnects)
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sandbox_service.api.compat.asgi_io import read_body, replaying
 from sandbox_service.api.compat.e2b import is_control_path, target_of
 from sandbox_service.api.compat.e2b_routes import E2bWire
 from sandbox_service.api.compat.nemo import is_nemo_body
@@ -58,39 +59,15 @@ class PeerWires:
         elif path == "/health" and scope["method"] == "GET":
             await self._nemo.health(send)
         elif path == OPEN_INSTRUCT_PATH and scope["method"] == "POST":
-            body, _ = await _read_body(receive)
-            await self._nemo.open_instruct(body, send)
+            await self._nemo.open_instruct(await read_body(receive), send)
         elif path == "/execute" and scope["method"] == "POST":
-            body, replay = await _read_body(receive)
+            body = await read_body(receive)
             if is_nemo_body(body):
                 await self._nemo.execute(scope, body, send)
             else:
-                await self.app(scope, replay, send)
+                await self.app(scope, replaying(body, receive), send)
         else:
             await self.app(scope, receive, send)
-
-
-async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
-    """The whole body, and a receive that hands it on once, then the client's next messages."""
-    chunks: list[bytes] = []
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
 
 
 def _with_tenant(scope: Scope) -> Scope:
