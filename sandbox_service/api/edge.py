@@ -70,7 +70,8 @@ class Edge:
         request_id = request_id_from_header(_header(headers, b"x-request-id"))
         token = request_id_var.set(request_id)
         path: str = scope["path"]
-        route = path if path in KNOWN_ROUTES else "other"
+        sandbox = target_of(headers)  # E2B's data plane: the sandbox's token (e2b_routes)
+        route = "e2b-sandbox" if sandbox else path if path in KNOWN_ROUTES else "other"
         status = 500
         response_started = False
         watcher: asyncio.Task[None] | None = None
@@ -105,8 +106,8 @@ class Edge:
             if (
                 self._api_key is not None
                 and path not in OPEN_PATHS
+                and sandbox is None
                 and not self._authorized(headers)
-                and target_of(headers) is None  # E2B's data plane: the sandbox's token (e2b_routes)
             ):
                 await _reply(
                     send_wrapper,

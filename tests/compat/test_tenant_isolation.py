@@ -21,7 +21,10 @@ from sandbox_service.tenancy import Tenant, tenant_var
 async def tenant_client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
     """The app in process (its lifespan entered and left in the caller's task); with no worker,
     a sandbox's kill forgets its sessions after the 1 s queue deadline."""
-    app = create_app(Settings(redis_url=redis_url, queue_name="rlst-tenants", queue_deadline_s=1))
+    settings = Settings(
+        redis_url=redis_url, queue_name="rlst-tenants", queue_deadline_s=1, e2b_max_sandboxes=2
+    )
+    app = create_app(settings)
 
     async def bound(scope: Scope, receive: Receive, send: Send) -> None:
         name = dict(scope.get("headers", [])).get(b"x-test-tenant", b"default").decode()
@@ -63,8 +66,14 @@ async def _isolated(as_tenant: httpx.AsyncClient) -> None:
     token = {"X-Access-Token": sandbox["envdAccessToken"]}
     contexts = await as_tenant.get("/contexts", headers={**plane, **token, **alice})
     assert [c["id"] for c in contexts.json()] == ["default"]
+    # two live sandboxes per tenant here: alice's second is taken, her third refused, bob's not
+    assert (await as_tenant.post("/sandboxes", json={}, headers=alice)).status_code == 201
+    refused = await as_tenant.post("/sandboxes", json={}, headers=alice)
+    assert refused.status_code == 429 and refused.json()["code"] == 429
+    assert (await as_tenant.post("/sandboxes", json={}, headers=bob)).status_code == 201
     assert (await as_tenant.delete(path, headers=alice)).status_code == 204
     assert (await as_tenant.get(path, headers=alice)).status_code == 404
+    assert (await as_tenant.post("/sandboxes", json={}, headers=alice)).status_code == 201
 
 
 def test_mcp_tools_see_the_request_tenant_only() -> None:

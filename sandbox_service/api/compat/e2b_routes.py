@@ -105,6 +105,11 @@ class E2bWire:
             self._ctx.metrics.rejected.labels("queue_full").inc()
             await _error(send, ApiError(429, "the queue is full; retry later"))
             return
+        limit = self._ctx.settings.e2b_max_sandboxes
+        if await self._store.count_owned(tenant.name) >= limit:
+            why = f"at most {limit} live sandboxes per key; kill some or let them time out"
+            await _error(send, ApiError(429, why))
+            return
         now = time.time()
         record = SandboxRecord(
             sandbox_id=e2b.new_sandbox_id(),

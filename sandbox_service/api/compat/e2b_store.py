@@ -72,6 +72,12 @@ class SandboxStore:
         records = [SandboxRecord.from_json(raw) for raw in raws if raw is not None]
         return sorted(records, key=lambda r: r.started_at)
 
+    async def count_owned(self, tenant: str) -> int:
+        """How many sandboxes of `tenant` live now."""
+        return int(
+            await self._redis.zcount(keys.e2b_owned(self._queue, tenant), time.time(), "+inf")
+        )
+
     async def contexts(self, sandbox_id: str) -> dict[str, int]:
         """The sandbox's contexts and the cells each has run."""
         raw = await self._redis.hgetall(self._contexts(sandbox_id))
