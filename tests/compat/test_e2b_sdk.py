@@ -88,6 +88,8 @@ def test_refused_and_lifecycle(seen: dict[str, Any]) -> None:
     assert seen["envs"] == "hi" and seen["create_env"] == "yes"
     assert seen["sandbox_id"] in seen["listed"]
     assert seen["info_id"] == seen["sandbox_id"]
+    assert seen["connected_sees_x"] == "41"  # Sandbox.connect(id) reaches the same contexts
+    assert seen["async_value"] == "42"  # AsyncSandbox too
     assert seen["other_create"].startswith("AuthenticationException")
     assert seen["other_kill"].startswith("AuthenticationException")
     assert seen["killed"] is True

@@ -5,11 +5,12 @@ environment; E2B_OTHER_KEY is a key of no tenant of this sandbox. Prints one JSO
 each call gave back; the test asserts on it.
 """
 
+import asyncio
 import base64
 import json
 import os
 
-from e2b_code_interpreter import Sandbox
+from e2b_code_interpreter import AsyncSandbox, Sandbox
 
 seen = {}
 
@@ -77,6 +78,19 @@ sandbox.set_timeout(120)
 seen["listed"] = [s.sandbox_id for s in Sandbox.list().next_items()]
 seen["create_env"] = sandbox.run_code("os.environ['FROM_CREATE']").text
 seen["info_id"] = sandbox.get_info().sandbox_id
+again = Sandbox.connect(sandbox.sandbox_id)
+seen["connected_sees_x"] = again.run_code("x").text
+
+
+async def async_calls():
+    box = await AsyncSandbox.create()
+    await box.run_code("z = 6")
+    value = (await box.run_code("z * 7")).text
+    await box.kill()
+    return value
+
+
+seen["async_value"] = asyncio.run(async_calls())
 
 other = {"api_key": os.environ["E2B_OTHER_KEY"]}
 seen["other_create"] = failure(lambda: Sandbox.create(**other))
