@@ -166,6 +166,8 @@ def test_nemo_requests_and_answers() -> None:
     assert isinstance(
         nemo.parse_call(b'{"generated_code": "x", "language": "shell"}', None, 30), dict
     )
+    too_long = nemo.parse_call(b'{"generated_code": "x"}', "s" * 257, 30)
+    assert isinstance(too_long, dict) and "X-Session-ID longer" in too_long["stderr"]
     stateless = nemo.parse_call(b'{"generated_code": "x", "language": "python"}', None, 30)
     assert isinstance(stateless, nemo.NemoCall) and not stateless.stateful
     assert nemo.to_answer(_result(status="error", stderr="E"), stateless)["process_status"] == (

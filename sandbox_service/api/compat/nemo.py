@@ -27,6 +27,8 @@ from trainer_client.wire import ExecuteResult
 STATEFUL = "ipython"
 STATELESS = frozenset({"python", "python3", "pypy3"})
 CUT = "<output cut>"
+MAX_SESSION_ID_CHARS = 256
+"""The longest `X-Session-ID` (our session ids' bound)."""
 
 
 def is_nemo_body(body: bytes) -> bool:
@@ -90,6 +92,9 @@ def parse_call(
         return answer("error", stderr="max_output_characters must be a non-negative integer\n")
     if language == STATEFUL and not session_header:
         return answer("error", stderr="X-Session-ID header required for ipython sessions\n")
+    if session_header is not None and len(session_header) > MAX_SESSION_ID_CHARS:
+        why = f"X-Session-ID longer than {MAX_SESSION_ID_CHARS} characters\n"
+        return answer("error", stderr=why)
     return NemoCall(
         code=code,
         timeout_s=min(float(timeout), max_timeout_s),

@@ -16,7 +16,6 @@ from trainer_client.wire import ExecuteResult
 
 ROUTE = "/nemo/execute"
 MEMORY_MB = 1024
-MAX_SESSION_ID_CHARS = 256
 
 
 class NemoWire:
@@ -30,7 +29,7 @@ class NemoWire:
         raw = dict(scope["headers"]).get(b"x-session-id")
         if raw is None:
             return None
-        return raw.decode("latin-1")[:MAX_SESSION_ID_CHARS] or None
+        return raw.decode("latin-1") or None
 
     async def execute(self, scope: Scope, body: bytes, send: Send) -> None:
         """Run one NeMo-Skills request."""
@@ -67,7 +66,10 @@ class NemoWire:
 
     async def delete(self, session_id: str, send: Send) -> None:
         """End a session: 200, or 404 when there is none (what NeMo-Skills' client waits for)."""
-        session = scoped(tenant_var.get(), session_id[:MAX_SESSION_ID_CHARS])
+        if len(session_id) > nemo.MAX_SESSION_ID_CHARS:
+            await send_json(send, 404, {"error": "IPython session not found"})
+            return
+        session = scoped(tenant_var.get(), session_id)
         try:
             ended = await self._ctx.dispatcher.end_session(session, request_id_var.get())
         except (Overloaded, Unavailable) as exc:
