@@ -2,9 +2,10 @@
 session of ours per MCP session), and `python_stateless`. Rich outputs come back as MCP image
 content (mcp_content.py says what the text holds).
 
-Two transports: streamable HTTP at `/mcp` of the service (compat/wires.py sends it there; the
-Edge has checked the key, and the tenant of the request names the session), and stdio
-(`rl-sandbox mcp --url ...`, a process that calls a running service over HTTP with our client).
+Three transports: streamable HTTP at `/mcp` and SSE at `/mcp/sse` of the service
+(compat/wires.py sends them there; the Edge has checked the key, and the tenant of the request
+names the session), and stdio (`rl-sandbox mcp --url ...`, a process that calls a running
+service over HTTP with our client).
 A session of ours is named by its MCP session's id; it ends with the MCP session (mcp_routes.py
 and run_stdio pass the end on), else `session_ttl_s` after its last call.
 """

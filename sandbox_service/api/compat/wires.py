@@ -4,7 +4,7 @@ would clash with ours to their own handlers; every other request goes on to Fast
     request                                          handled by
     E2B sandbox headers (or a `<port>-<id>.` Host)    e2b_routes: the data plane
     /sandboxes*, /v2/sandboxes*                        e2b_routes: the control plane
-    /mcp, /mcp/*                                      mcp_server (when `mcp` is installed)
+    /mcp, /mcp/sse, /mcp/messages/                    mcp_routes (when `mcp` is installed)
     POST /execute whose body has `generated_code`     nemo: the NeMo-Skills sandbox wire
     DELETE /sessions/{id} with an `X-Session-ID`      nemo: its session delete (200/404)
     GET /health                                       nemo: its readiness probe
