@@ -70,7 +70,7 @@ class Edge:
         request_id = request_id_from_header(_header(headers, b"x-request-id"))
         token = request_id_var.set(request_id)
         path: str = scope["path"]
-        sandbox = target_of(headers)  # E2B's data plane: the sandbox's token (e2b_routes)
+        sandbox = target_of(path, headers)  # E2B's data plane: the sandbox's token (e2b_routes)
         route = "e2b-sandbox" if sandbox else path if path in KNOWN_ROUTES else "other"
         status = 500
         response_started = False

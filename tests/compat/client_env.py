@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON_VERSION = "3.12"
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 E2B_REQUIREMENTS = ("e2b-code-interpreter>=2.9", "e2b>=2.6")
+E2B_OLDEST = ("e2b-code-interpreter==2.9.0", "e2b==2.26.0")
+"""The first code interpreter that sends run_code to E2B_SANDBOX_URL, with the oldest e2b it
+accepts (which still insists on an `e2b_<hex>` key)."""
 MCP_REQUIREMENTS = ("mcp>=1.20,<2",)
 """The client most MCP consumers install today (vLLM, open-instruct); the server is mcp 2.x."""
 SANDBOXFUSION_PEERS = ("aiohttp", "numpy", "chz", "requests")

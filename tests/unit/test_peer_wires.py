@@ -13,13 +13,18 @@ from trainer_client.wire import ExecuteResult
 
 def test_data_plane_target_from_headers_or_host() -> None:
     headers = {b"e2b-sandbox-id": b"abcdef0123", b"e2b-sandbox-port": b"49999"}
-    assert e2b.target_of(headers) == e2b.Target("abcdef0123", 49999)
-    assert e2b.target_of({b"host": b"49983-abcdef0123.sandbox.example:443"}) == e2b.Target(
-        "abcdef0123", 49983
-    )
+    assert e2b.target_of("/execute", headers) == e2b.Target("abcdef0123", 49999)
+    assert e2b.target_of(
+        "/files", {b"host": b"49983-abcdef0123.sandbox.example:443"}
+    ) == e2b.Target("abcdef0123", 49983)
     for host in (b"127.0.0.1:8000", b"rl-sandbox.internal", b"8000-x.example", b""):
-        assert e2b.target_of({b"host": host}) is None
-    assert e2b.target_of({b"e2b-sandbox-id": b"x", b"e2b-sandbox-port": b"9" * 40}).port == 0
+        assert e2b.target_of("/execute", {b"host": host}) is None
+    assert (
+        e2b.target_of("/contexts", {b"e2b-sandbox-id": b"x", b"e2b-sandbox-port": b"9" * 40}).port
+        == 0
+    )
+    # the control plane stays the control plane (and keyed) whatever headers come with it
+    assert e2b.target_of("/sandboxes/abcdef0123/connect", headers) is None
 
 
 def test_control_paths() -> None:

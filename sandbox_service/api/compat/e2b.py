@@ -88,9 +88,12 @@ class Target:
     port: int
 
 
-def target_of(headers: Mapping[bytes, bytes]) -> Target | None:
+def target_of(path: str, headers: Mapping[bytes, bytes]) -> Target | None:
     """The data-plane target of a request: the SDK's headers, else a `<port>-<id>.` Host (E2B's
-    host routing, for a proxy that serves `*.<domain>`); None for any other request."""
+    host routing, for a proxy that serves `*.<domain>`); None for any other request, and for
+    the control plane's paths, which some SDK versions call with the sandbox's headers too."""
+    if is_control_path(path):
+        return None
     sandbox_id = headers.get(b"e2b-sandbox-id")
     if sandbox_id is not None:
         port = headers.get(b"e2b-sandbox-port", str(ENVD_PORT).encode())

@@ -43,7 +43,7 @@ class PeerWires:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        target = target_of(dict(scope["headers"]))
+        target = target_of(path, dict(scope["headers"]))
         if target is not None:
             await self._e2b.data(scope, receive, send, target)
         elif is_control_path(path):
