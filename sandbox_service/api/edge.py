@@ -148,12 +148,8 @@ class Edge:
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         assert self._api_key is not None
-        value = headers.get(b"authorization", b"")
-        scheme, _, key = value.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self._api_key):
-            return True
-        e2b_key = headers.get(b"x-api-key")  # the E2B SDK's control plane
-        return e2b_key is not None and hmac.compare_digest(api_key_of(e2b_key), self._api_key)
+        key = presented_key(headers)
+        return key is not None and hmac.compare_digest(key, self._api_key)
 
     def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0
@@ -171,6 +167,16 @@ class Edge:
             return message
 
         return capped_receive
+
+
+def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
+    """The API key a request presents: `Authorization: Bearer <key>`, else the E2B SDK's
+    `X-API-KEY` (its `e2b_<hex>` form decoded, e2b.api_key_of)."""
+    scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer":
+        return key.strip()
+    e2b_key = headers.get(b"x-api-key")
+    return None if e2b_key is None else api_key_of(e2b_key)
 
 
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
