@@ -23,6 +23,9 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:tenants` | hash: tenant -> weight | API (start, every 10 s) | workers | none |
 | `<queue>:in-flight:<tenant>` | zset: execution id -> give-up time | API | API | pruned |
 | `<queue>:sessions-of:<tenant>` | zset: session id -> expiry | API | API | pruned |
+| `<queue>:e2b:<sid>` | string: JSON E2B sandbox record | API | API | the sandbox's timeout |
+| `<queue>:e2b-contexts:<sid>` | hash: context id -> JSON | API | API | the sandbox's timeout |
+| `<queue>:e2b-owned:<tenant>` | zset: sandbox id -> end (epoch s) | API | API (list) | pruned |
 
 Tenant "default" (an open server, or a single `api_key`) uses the shared queue `<queue>` itself,
 so a deployment without a tenants file has the keys it always had. The two tenant zsets exist only
@@ -140,3 +143,18 @@ def tenant_sessions(queue: str, tenant: str) -> str:
 def tenants(queue: str) -> str:
     """Hash of the tenants the API serves (name -> weight): which queues workers listen on."""
     return f"{queue}:tenants"
+
+
+def e2b_sandbox(queue: str, sandbox_id: str) -> str:
+    """One E2B-compatible sandbox's record (JSON), expiring with the sandbox."""
+    return f"{queue}:e2b:{sandbox_id}"
+
+
+def e2b_contexts(queue: str, sandbox_id: str) -> str:
+    """Hash of one E2B sandbox's code contexts: context id -> JSON (cwd, language, cells run)."""
+    return f"{queue}:e2b-contexts:{sandbox_id}"
+
+
+def e2b_owned(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's E2B sandbox ids scored by their end (epoch seconds)."""
+    return f"{queue}:e2b-owned:{tenant}"

@@ -197,6 +197,8 @@ class Settings(BaseSettings):
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
     # --- drop-in compatibility (docs/compatibility.md) ---
+    e2b_max_sandboxes: int = Field(1024, ge=1)
+    """Live E2B sandboxes one tenant may hold; a create past it is 429 (E2B's own answer)."""
     codejudge_timeout_s: float = Field(10.0, ge=0.001)
     """Time limit of each code-judge submission: its MAX_EXECUTION_TIME (rStar2-Agent sets 4)."""
     codejudge_memory_mb: int = Field(384, ge=16)

@@ -22,7 +22,11 @@ from pydantic import BaseModel
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, operations
 from sandbox_service.api.call_labels import read_call_labels
+from sandbox_service.api.compat.e2b_routes import E2bWire
+from sandbox_service.api.compat.mcp_routes import McpMount
+from sandbox_service.api.compat.nemo_routes import NemoWire
 from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
+from sandbox_service.api.compat.wires import PeerWires
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
 from sandbox_service.api.edge import Edge
@@ -38,13 +42,15 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     """The API app; its lifespan starts and stops the dispatcher."""
     ctx = ApiContext(settings, Dispatcher(settings), Metrics())
+    mcp = McpMount(ctx)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ctx.dispatcher.start()
         log.info("api ready", extra={"fields": {"api_id": ctx.dispatcher.api_id}})
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await ctx.dispatcher.stop()
 
@@ -55,6 +61,8 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = ctx
+    # Inside the Edge: the E2B, MCP and NeMo-Skills wires, dispatched before FastAPI's routes.
+    app.add_middleware(PeerWires, e2b=E2bWire(ctx), nemo=NemoWire(ctx), mcp=mcp.app)
     app.add_middleware(
         Edge,
         credentials=settings.credentials(),

@@ -28,6 +28,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandbox_service.api.compat.e2b import api_key_of, is_control_path, target_of
 from sandbox_service.logs import fields, request_id_from_header, request_id_var
 from sandbox_service.tenancy import DEFAULT_TENANT, Tenant, tenant_var
 from sandbox_service.tenants_file import Credential
@@ -44,6 +45,7 @@ which cannot carry a secret (restrict them by network; they reveal no user data)
 KNOWN_ROUTES = frozenset(
     {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}
     | {"/run", "/run/batch", "/run/long-batch", "/run_code"}  # compat_routes
+    | {"/sandboxes", "/v2/sandboxes", "/mcp"}  # compat/wires
 )
 
 
@@ -75,7 +77,8 @@ class Edge:
         request_id = request_id_from_header(_header(headers, b"x-request-id"))
         token = request_id_var.set(request_id)
         path: str = scope["path"]
-        route = path if path in KNOWN_ROUTES else "other"
+        sandbox = target_of(path, headers)  # E2B's data plane: the sandbox's token (e2b_routes)
+        route = "e2b-sandbox" if sandbox else path if path in KNOWN_ROUTES else "other"
         status = 500
         tenant: Tenant | None = DEFAULT_TENANT
         response_started = False
@@ -112,7 +115,7 @@ class Edge:
         try:
             if self._credentials:
                 label = ""
-                if path not in OPEN_PATHS:
+                if path not in OPEN_PATHS and sandbox is None:
                     tenant = self._tenant_of(headers)
                     label = tenant.name if tenant is not None else ""
             if tenant is None:
@@ -121,6 +124,7 @@ class Edge:
                     401,
                     "missing or invalid API key",
                     [(b"www-authenticate", b"Bearer")],
+                    e2b_shape=is_control_path(path),  # the E2B SDK parses {"code", "message"}
                 )
                 return
             tenant_token = tenant_var.set(tenant)
@@ -159,14 +163,12 @@ class Edge:
 
     def _tenant_of(self, headers: dict[bytes, bytes]) -> Tenant | None:
         """The tenant whose key the request carries, or None (every key is compared)."""
-        value = headers.get(b"authorization", b"")
-        scheme, _, key = value.partition(b" ")
-        key = key.strip()
+        key = presented_key(headers)
         found = None
         for credential in self._credentials:
-            if hmac.compare_digest(key, credential.key):
+            if hmac.compare_digest(key or b"", credential.key):
                 found = credential.tenant
-        return found if scheme.lower() == b"bearer" else None
+        return found if key is not None else None
 
     def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0
@@ -186,15 +188,30 @@ class Edge:
         return capped_receive
 
 
+def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
+    """The API key a request presents: `Authorization: Bearer <key>`, else the E2B SDK's
+    `X-API-KEY` (its `e2b_<hex>` form decoded, e2b.api_key_of)."""
+    scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer":
+        return key.strip()
+    e2b_key = headers.get(b"x-api-key")
+    return None if e2b_key is None else api_key_of(e2b_key)
+
+
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
     value = headers.get(name)
     return value.decode("latin-1") if value is not None else None
 
 
 async def _reply(
-    send: Send, status: int, detail: str, extra_headers: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    status: int,
+    detail: str,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+    e2b_shape: bool = False,
 ) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    shape = {"code": status, "message": detail} if e2b_shape else {}
+    body = json.dumps({"detail": detail, **shape}).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
