@@ -1,14 +1,14 @@
 """A sandbox, context or session of one tenant is invisible to another: the API app in process on
-a real Redis, each request bound to a tenant the way the edge binds one from its key (the binding
-itself is the edge's; here a header names the tenant)."""
+a real Redis, behind its real edge, with two tenants from a tenants file (each request carries
+its tenant's key)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
-from starlette.types import Receive, Scope, Send
 
 from sandbox_service.api.app import create_app
 from sandbox_service.api.compat.wires import _with_tenant
@@ -16,37 +16,45 @@ from sandbox_service.local.redis_server import RedisServer
 from sandbox_service.settings import Settings
 from sandbox_service.tenancy import Tenant, tenant_var
 
+TENANTS = """
+[[tenant]]
+name = "alice"
+key = "alice-key-0123456789"
+
+[[tenant]]
+name = "bob"
+key = "bob-key-0123456789"
+"""
+
 
 @asynccontextmanager
-async def tenant_client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+async def tenant_client(redis_url: str, tenants_file: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The app in process (its lifespan entered and left in the caller's task); with no worker,
     a sandbox's kill forgets its sessions after the 1 s queue deadline."""
     settings = Settings(
-        redis_url=redis_url, queue_name="rlst-tenants", queue_deadline_s=1, e2b_max_sandboxes=2
+        redis_url=redis_url,
+        queue_name="rlst-tenants",
+        queue_deadline_s=1,
+        e2b_max_sandboxes=2,
+        tenants_file=tenants_file,
     )
     app = create_app(settings)
-
-    async def bound(scope: Scope, receive: Receive, send: Send) -> None:
-        name = dict(scope.get("headers", [])).get(b"x-test-tenant", b"default").decode()
-        token = tenant_var.set(Tenant(name))
-        try:
-            await app(scope, receive, send)
-        finally:
-            tenant_var.reset(token)
-
     async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=bound)
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             yield client
 
 
-async def test_another_tenant_finds_no_sandbox(compat_redis: RedisServer) -> None:
-    async with tenant_client(compat_redis.url) as client:
+async def test_another_tenant_finds_no_sandbox(compat_redis: RedisServer, tmp_path: Path) -> None:
+    tenants_file = tmp_path / "tenants.toml"
+    tenants_file.write_text(TENANTS)
+    async with tenant_client(compat_redis.url, tenants_file) as client:
         await _isolated(client)
 
 
 async def _isolated(as_tenant: httpx.AsyncClient) -> None:
-    alice, bob = {"x-test-tenant": "alice"}, {"x-test-tenant": "bob"}
+    alice = {"Authorization": "Bearer alice-key-0123456789"}
+    bob = {"X-API-KEY": "bob-key-0123456789"}  # the E2B SDK's header
     created = await as_tenant.post("/v2/sandboxes", json={"timeout": 60}, headers=alice)
     assert created.status_code == 201
     sandbox = created.json()
