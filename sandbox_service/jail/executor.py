@@ -110,6 +110,8 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
     if reply.program_error:
         stderr += f"\nrl-sandbox: {reply.program_error}; the session's state is lost\n"
     stderr += fetch_note(reply.files_omitted)
+    if reply.outputs_dropped:
+        stderr += "\nrl-sandbox: rich outputs dropped: " + "; ".join(reply.outputs_dropped) + "\n"
     if reply.setup_error:
         return ExecutionResult(
             status=Status.ERROR,
@@ -122,6 +124,9 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
         timed_out=reply.timed_out,
         oom_killed=reply.usage.oom_killed,
         stderr_tail=stderr[-STDERR_TAIL_CHARS:],
+        cpu_limit_reached=reply.cpu_limit_reached,
+        peak_memory_mb=reply.usage.peak_memory_mb,
+        memory_limit_mb=spec.limits.memory_mb,
     )
     return ExecutionResult(
         status=classify(raw),
