@@ -224,6 +224,11 @@ class SlotCgroups:
         self._baseline_bytes = self._usage_bytes()
         self._baseline_unreclaimable = self.unreclaimable_bytes()
 
+    def add_run_process(self, pid: int) -> None:
+        """Move a process into the run's cgroups, as a standby moves itself (run_procs_fds)."""
+        for path in self.run_dirs:
+            (path / "cgroup.procs").write_text(str(pid))
+
     def run_procs_fds(self) -> list[int]:
         """Descriptors of the run cgroups' `cgroup.procs`, opened for writing: a process that
         writes "0" to them moves itself into the run's limits (the kernel checks the creds of
