@@ -75,8 +75,10 @@ class Settings(BaseSettings):
     """Cap on stdout and on stderr of each execution; the excess is discarded and flagged."""
     max_batch: int = Field(1024, ge=1)
     """Most requests in one /execute/batch."""
-    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0)
-    """Largest total size of the input `files` of one request (decoded)."""
+    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0, le=32 * 1024 * 1024)
+    """Largest total size of the input `files` of one request (decoded). At most 32 MiB: the
+    request reaches the jail in one 64 MiB frame, its files in base64 next to a fetch list of
+    up to 16 MiB (tests/unit/test_jail_protocol_bounds.py)."""
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """Largest accepted HTTP body; larger bodies get 413."""
     api_key: str | None = None

@@ -70,6 +70,9 @@ _SCRATCH_PREFIXES = tuple(top + "/" for top in SCRATCH_DIRS)
 PR_SET_DUMPABLE = 4
 WARM_UP_AFTER_IDLE_S = 0.02
 REAP_DEADLINE_S = 10.0
+_MAX_SETUP_ERROR_CHARS = 4000
+"""Under what a RunReply's setup_error may hold (protocol.py): a long path in an error message
+must not make the answer invalid."""
 CPU_LIMIT_REACHED_AT = 0.75
 """The share of its CPU-time limit a process must have used for a SIGXCPU to be the limit's.
 The kernel checks RLIMIT_CPU against CPU time counted in scheduler ticks, which ran ahead of
@@ -1617,7 +1620,7 @@ def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
             _kill_everyone_else()
             return
         if taken.setup_error is not None:
-            reply = protocol.RunReply(setup_error=taken.setup_error)
+            reply = protocol.RunReply(setup_error=taken.setup_error[:_MAX_SETUP_ERROR_CHARS])
         else:
             reply = supervise(current.pid, taken, sock)
         reply = dataclasses.replace(reply, warmed=current.warmed)
@@ -1784,14 +1787,16 @@ def serve_session(sock: socket.socket) -> None:
         except protocol.ProtocolError as exc:
             for fd in fds:
                 os.close(fd)
-            send_frame(sock, protocol.RunReply(setup_error=f"malformed request: {exc}").to_wire())
+            why = f"malformed request: {exc}"[:_MAX_SETUP_ERROR_CHARS]
+            send_frame(sock, protocol.RunReply(setup_error=why).to_wire())
             continue
         failure = _as_program(_write_files, request.files) if request.files else None
         if failure is not None:
             for fd in fds:
                 os.close(fd)
             reply = protocol.RunReply(
-                setup_error=f"could not write input files: {failure}", session_alive=True
+                setup_error=f"could not write input files: {failure}"[:_MAX_SETUP_ERROR_CHARS],
+                session_alive=True,
             )
             send_frame(sock, reply.to_wire())
             continue

@@ -7,14 +7,20 @@ import base64
 
 from sandbox_service.jail.protocol import (
     HEADER,
+    MAX_FETCH_PATHS,
     MAX_FRAME_BYTES,
+    MAX_PATH_CHARS,
+    FetchBudget,
     Fetched,
     Outputs,
+    RunLimits,
     RunReply,
+    RunRequest,
     decode_body,
     encode_frame,
     reply_frame,
 )
+from sandbox_service.settings import Settings
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32).decode()
 
@@ -92,3 +98,19 @@ def test_non_ascii_text_costs_its_utf8_bytes_in_a_frame() -> None:
     frame = encode_frame({"op": "run", "fetch": [path]})
     assert len(frame) < 4 * 1024 + 64  # not 12 bytes a character as \\u escapes
     assert decode_body(frame[HEADER.size :])["fetch"] == [path]
+
+
+def test_the_largest_valid_request_fits_the_jails_frame() -> None:
+    # Every in-jail bound is at least what a valid request can produce: the largest input
+    # files the settings allow, and the longest fetch list the jail takes, in one frame.
+    largest_files = Settings.model_fields["max_files_bytes"].metadata
+    files_bytes = next(m.le for m in largest_files if getattr(m, "le", None) is not None)
+    request = RunRequest(
+        limits=RunLimits(timeout_s=1.0, cpu_time_s=2, max_file_size_mb=64, max_open_files=256),
+        files={"in.bin": b"\xff" * files_bytes},
+        fetch=tuple(f"{i}" + "\U0001f600" * (MAX_PATH_CHARS - 4) for i in range(MAX_FETCH_PATHS)),
+        fetch_budget=FetchBudget(max_files=4096, max_bytes=32 << 20),
+    )
+    frame = encode_frame(request.to_wire())
+    assert len(frame) <= MAX_FRAME_BYTES
+    assert RunRequest.from_wire(decode_body(frame[HEADER.size :])) == request
