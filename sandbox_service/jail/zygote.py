@@ -1974,6 +1974,9 @@ def main() -> None:
     if "--loadavg-fd" in sys.argv:
         _LOADAVG_FD[0] = int(sys.argv[sys.argv.index("--loadavg-fd") + 1])
     _take_program_arguments(sys.argv)
+    # Not in the working directory, which is mounted afresh for every run: a cwd there would
+    # keep the first run's tmpfs, and its files, alive after it is detached.
+    os.chdir("/")
     sock = socket.socket(fileno=control_fd)
     started = time.monotonic()
     immortal = 0

@@ -159,6 +159,24 @@ def test_nothing_set_on_the_scratch_roots_reaches_the_next_run(run: RunFn) -> No
     ], check.stdout
 
 
+def test_the_first_runs_scratch_files_are_freed_with_its_mount() -> None:
+    # Nothing may keep a detached scratch tmpfs alive (the zygote's own working directory was
+    # the first run's /home/sandbox): its files would stay charged, and the jail be replaced.
+    executor = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=11, mode="warm")
+    try:
+        fill = "for name in 'ab': open(name, 'wb').write(b'x' * (48 << 20))"
+        assert executor.run(ExecutionSpec(code=fill)).status == Status.OK
+        # The zygote mounts the next run's directories after its answer: give it that moment
+        # (the executor reads the memory left charged when the next run comes).
+        time.sleep(1.0)
+        assert executor.run(ExecutionSpec(code="print(1)")).stdout == "1\n"
+        assert executor.memory_recycles == 0
+        left = executor.memory_above_baseline_mb()
+        assert left is not None and left < 32, f"{left} MiB still charged"
+    finally:
+        executor.close()
+
+
 # --- the OOM domain -------------------------------------------------------------------------------
 
 
