@@ -144,7 +144,8 @@ class Settings(BaseSettings):
     max_open_files: int = Field(256, ge=16)
     """Open file descriptors per process."""
     sandbox_uid_base: int = Field(62000, ge=1000)
-    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root)."""
+    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root), their
+    zygotes as that + 100,000 (jail/policy.py: two principals)."""
     cgroup_parent: str = "rl-sandbox"
     """cgroup directory that holds the slots' cgroups: under each controller's root (v1), or under
     the unified root (v2), where the worker creates it and delegates memory, pids and cpu."""
