@@ -63,8 +63,9 @@ def test_program_ignoring_signals_and_exceptions_is_still_stopped(run: RunFn) ->
 def test_cpu_time_limit_is_enforced_per_process(run: RunFn) -> None:
     result = run("while True: pass", timeout_s=10.0, cpu_time_s=1.0)
     assert result.status == Status.TIMEOUT
+    # SIGXCPU, not the wall clock's SIGKILL: the CPU limit stopped it (the wall time depends on
+    # the machine's load).
     assert result.signal == signal.SIGXCPU
-    assert result.wall_time < 5.0
 
 
 def test_fork_bomb_stops_at_the_process_limit(run: RunFn) -> None:
