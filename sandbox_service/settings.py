@@ -84,8 +84,10 @@ class Settings(BaseSettings):
     """Cap on stdout and on stderr of each execution; the excess is discarded and flagged."""
     max_batch: int = Field(1024, ge=1)
     """Most requests in one /execute/batch."""
-    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0)
-    """Largest total size of the input `files` of one request (decoded)."""
+    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0, le=32 * 1024 * 1024)
+    """Largest total size of the input `files` of one request (decoded). At most 32 MiB: the
+    request reaches the jail in one 64 MiB frame, its files in base64 next to a fetch list of
+    up to 16 MiB (tests/unit/test_jail_protocol_bounds.py)."""
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """Largest accepted HTTP body; larger bodies get 413."""
     max_stdin_bytes: int = Field(16 * 1024 * 1024, ge=0)
@@ -167,7 +169,8 @@ class Settings(BaseSettings):
     max_open_files: int = Field(256, ge=16)
     """Open file descriptors per process."""
     sandbox_uid_base: int = Field(62000, ge=1000)
-    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root)."""
+    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root), their
+    zygotes as that + 100,000 (jail/policy.py: two principals)."""
     cgroup_parent: str = "rl-sandbox"
     """cgroup directory that holds the slots' cgroups: under each controller's root (v1), or under
     the unified root (v2), where the worker creates it and delegates memory, pids and cpu."""

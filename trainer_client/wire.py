@@ -204,6 +204,16 @@ class ProgramError(BaseModel):
     """The lines Python printed to stderr for it."""
 
 
+def _png_or_none(value: object) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return data if data.startswith(b"\x89PNG\r\n\x1a\n") else None
+
+
 class ExecuteResult(BaseModel):
     """What happened to one execution."""
 
@@ -230,8 +240,10 @@ class ExecuteResult(BaseModel):
     """The uncaught exception that ended the program or session cell; null when none did."""
 
     def images(self) -> list[bytes]:
-        """The PNG images among the displays (matplotlib figures), decoded, in order."""
-        return [base64.b64decode(item["image/png"]) for item in self.display if "image/png" in item]
+        """The PNG images among the displays (matplotlib figures), decoded, in order; a value
+        that is not strict base64 of a PNG is left out (never raises)."""
+        decoded = (_png_or_none(item.get("image/png")) for item in self.display)
+        return [image for image in decoded if image is not None]
 
     def fetched_files(self) -> dict[str, bytes]:
         """The `fetch_files` that existed after the run, decoded: path -> bytes."""

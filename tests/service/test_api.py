@@ -67,8 +67,12 @@ async def test_request_id_is_generated_when_absent(client: httpx.AsyncClient) ->
         ({"code": "while True: pass", "timeout": 1}, "timeout", None, None, ""),
         ({"code": "import time; time.sleep(30)", "timeout": 0.5}, "timeout", None, None, ""),
         ({"code": "x = bytearray(2 * 1024**3)", "memory_mb": 200}, "memory_limit", None, None, ""),
-        ({"code": "raise MemoryError()"}, "memory_limit", 1, None, "MemoryError"),
+        # A MemoryError far below the limit, raised or printed: the program's, not the limit's.
+        ({"code": "raise MemoryError()"}, "error", 1, None, "MemoryError"),
+        ({"code": "import sys; sys.exit('MemoryError')"}, "error", 1, None, "MemoryError"),
         ({"code": "import os; os.kill(os.getpid(), 9)"}, "killed", None, signal.SIGKILL, ""),
+        # A SIGXCPU the program sends itself is not its CPU limit.
+        ({"code": "import os; os.kill(os.getpid(), 24)"}, "killed", None, signal.SIGXCPU, ""),
         (
             {"code": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                      "if libc.ptrace(0, 0, 0, 0) == -1:\n"
@@ -79,7 +83,7 @@ async def test_request_id_is_generated_when_absent(client: httpx.AsyncClient) ->
     ],
     ids=[
         "exit-3", "exception", "syntax-error", "cpu-spin", "sleep", "memory-bomb",
-        "memory-error", "kill-self", "ptrace", "segfault",
+        "memory-error", "printed-memory-error", "kill-self", "self-sigxcpu", "ptrace", "segfault",
     ],
 )  # fmt: skip
 async def test_program_outcomes_are_200_with_a_status(
