@@ -38,12 +38,17 @@ def test_buckets_keep_order_fit_the_budget_and_lay_tensors_end_to_end() -> None:
     assert [s.name for b in out for s in b.slots] == [n for n, _ in params]
 
 
-def test_engines_are_synced_after_sft_at_each_stage_start_and_after_each_update() -> None:
+def test_engines_are_synced_after_sft_and_each_update_never_twice_in_a_row() -> None:
+    # The stage-start sync finds the engines holding the policy's weights each time (the run's
+    # starting weights, or those of the SFT stage's or the last update's sync): it is skipped.
     assert syncs_for(["sft", "grpo", "grpo"], [0, 2, 1]) == [
         "after_sft",
-        "stage_start",
         "after_update",
         "after_update",
-        "stage_start",
         "after_update",
+    ]
+    assert syncs_for(["grpo", "sft", "sft", "grpo"], [1, 0, 0, 0]) == [
+        "after_update",
+        "after_sft",
+        "after_sft",
     ]
