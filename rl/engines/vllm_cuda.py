@@ -97,10 +97,14 @@ def layout_wire(bucket: Bucket) -> list[list[Any]]:
     return [[s.name, list(s.shape), s.offset, s.numel] for s in bucket.slots]
 
 
+def _cuda_started() -> bool:
+    return torch.cuda.is_available() and bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+
+
 def free_cached_memory(device: torch.device) -> None:
     """Give the caching allocator's free blocks back to the driver before vLLM wakes, so its
     weights and KV cache find the memory the update used."""
-    if device.type == "cuda" and torch.cuda.is_initialized():
+    if device.type == "cuda" and _cuda_started():
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
 
@@ -108,8 +112,8 @@ def free_cached_memory(device: torch.device) -> None:
 def release_ipc(device: torch.device) -> None:
     """Free the memory of shared buffers the workers have let go of (CUDA IPC keeps a buffer
     until both sides drop it; ipc_collect reclaims it)."""
-    if device.type == "cuda" and torch.cuda.is_initialized():
-        torch.cuda.ipc_collect()
+    if device.type == "cuda" and _cuda_started():
+        torch.cuda.ipc_collect()  # type: ignore[no-untyped-call]
         torch.cuda.empty_cache()
 
 
@@ -137,7 +141,7 @@ class VLLMWorkerExtension:
     def rl_finish_load(self) -> None:
         """After the last bucket: vLLM's post-load step (repacking, quantization scales)."""
         self._process_weights_after_loading()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if _cuda_started():
             torch.cuda.synchronize()
 
     def _process_weights_after_loading(self) -> None:
