@@ -84,6 +84,7 @@ async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
         raise ValueError(f"stage {stage.name}: an SFT stage needs demonstrations (sft_file)")
     started = time.monotonic()
     grpo = ctx.config.grpo
+    await release_engine_memory(ctx.engines)  # vLLM sleeps: SFT has the GPU; the sync wakes it
     examples = await render_demonstrations(
         ctx.demos, ctx.template, ctx.codec, ctx.tools, ctx.rollout_settings(grpo)
     )
