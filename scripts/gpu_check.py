@@ -471,8 +471,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+NEEDED = ("transformers", "tokenizers", "pydantic")
+"""What part (a) imports beyond torch: the model and tokenizer, and pydantic, which the
+trainer's SFT step loads through trainer_client's tool-call parser."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    import importlib.util
+
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing:
+        print(
+            f"part (a) needs {', '.join(missing)} beside torch: install or carry them",
+            file=sys.stderr,
+        )
+        return 2
     if args.device is None:
         if not torch.cuda.is_available():
             print("no GPU visible to torch: pass --device cpu for the dry run", file=sys.stderr)
