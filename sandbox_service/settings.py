@@ -169,6 +169,11 @@ class Settings(BaseSettings):
     """Session jails a worker keeps started ahead (once it has served a session), so that a new
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
+    # --- compiled languages (language "cpp") ---
+    cpp_compile_timeout_s: float = Field(10.0, gt=0, le=120)
+    """Wall-clock limit of g++ compiling one C++ program in the jail (SandboxFusion's default);
+    a job's budget is its program's limit plus this."""
+
     # --- drop-in compatibility (docs/compatibility.md) ---
     codejudge_timeout_s: float = Field(10.0, gt=0)
     """Time limit of each code-judge submission: its MAX_EXECUTION_TIME (rStar2-Agent sets 4)."""

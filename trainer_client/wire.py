@@ -50,7 +50,7 @@ class Status(str, enum.Enum):
         return format(str(self.value), format_spec)
 
 
-SUPPORTED_LANGUAGES = ("python",)
+SUPPORTED_LANGUAGES = ("python", "cpp")
 JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
 """The jail's working directory and the other writable directories that absolute paths may name
 on the peer-compatible routes (see ABSOLUTE_PATHS)."""
@@ -163,6 +163,20 @@ class ProgramError(BaseModel):
     """The lines Python printed to stderr for it."""
 
 
+class CompileResult(BaseModel):
+    """A compiled language's compile step (`language: "cpp"`): g++ in the jail, or the cache."""
+
+    status: Status
+    """ok, error (the compiler refused the source), timeout, memory_limit or killed."""
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    """The compiler's messages."""
+    wall_time: float = 0.0
+    cached: bool = False
+    """The binary came from the host's cache of this API key's compiled sources."""
+
+
 class ExecuteResult(BaseModel):
     """What happened to one execution."""
 
@@ -187,6 +201,9 @@ class ExecuteResult(BaseModel):
     {"text/plain": repr} (also printed). Empty when there are none."""
     error: ProgramError | None = None
     """The uncaught exception that ended the program or session cell; null when none did."""
+    compile: CompileResult | None = None
+    """`language: "cpp"`: its compile step; null for Python. A source that does not compile is
+    status `error` with the compiler's messages in `stderr` (and here), and never ran."""
 
     def images(self) -> list[bytes]:
         """The PNG images among the displays (matplotlib figures), decoded, in order."""

@@ -13,6 +13,7 @@ from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import tenant_var
 from trainer_client.wire import ExecuteRequest
 
 
@@ -58,4 +59,6 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         fetch_files=tuple(request.fetch_files),
         session_id=request.session_id,
         request_id=request_id_var.get(),
+        language=request.language,
+        tenant=tenant_var.get().name,
     )
