@@ -495,3 +495,21 @@ async def test_redis_down_in_each_peers_style(redisless_api: Stack) -> None:
         assert response.status_code == 200
         assert response.json()["status"] == "SandboxError"
         assert "redis" in response.json()["message"]
+
+
+@pytest.mark.parametrize("session_id", [None, "s-traceback"])
+async def test_execute_tracebacks_show_only_the_programs_frames(
+    http: httpx.AsyncClient, session_id: str | None
+) -> None:
+    body = {"code": "def f():\n    return missing\nf()", "session_id": session_id}
+    result = (await http.post("/execute", json=body)).json()
+    assert result["status"] == "error" and result["error"]["ename"] == "NameError"
+    frames = [line for line in result["error"]["traceback"] if line.startswith("  File")]
+    name = "<string>" if session_id is None else "<cell>"
+    assert frames == [
+        f'  File "{name}", line 3, in <module>\n',
+        f'  File "{name}", line 2, in f\n',
+    ]
+    assert "zygote" not in result["stderr"]
+    if session_id is not None:
+        await http.delete(f"/sessions/{session_id}")
