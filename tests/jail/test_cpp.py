@@ -163,3 +163,14 @@ def test_a_poisoned_cache_entry_of_another_tenant_is_never_run(
     result = run(executor, cache, REVERSE, stdin="xy", tenant="alice")
     assert result.stdout == "yx\n"
     assert BINARY_NAME not in result.files
+
+
+def test_a_compile_bomb_is_held_by_the_compile_limits(
+    executor: JailExecutor, cache: BinaryCache
+) -> None:
+    # The preprocessor reading an endless file: memory or time runs out, the jail stays sound.
+    result = run(executor, cache, '#include "/dev/zero"\nint main() {}\n', compile_timeout_s=3.0)
+    assert result.status is Status.ERROR and result.wall_time == 0
+    assert result.compile is not None
+    assert result.compile.status in (Status.TIMEOUT, Status.MEMORY_LIMIT), result.compile
+    assert run(executor, cache, REVERSE, stdin="ok").stdout == "ko\n"
