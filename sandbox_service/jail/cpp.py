@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -63,8 +64,22 @@ class BinaryCache:
         folder = hashlib.sha256(tenant.encode()).hexdigest()[:32]
         return self.root / folder / key
 
+    def usable(self) -> bool:
+        """Whether the root is this user's own private folder (made so if missing): a folder
+        in a shared /tmp that another user made, or a link, is not used (nothing is cached)."""
+        with contextlib.suppress(FileExistsError):
+            self.root.mkdir(mode=0o700, parents=True)
+        try:
+            st = os.lstat(self.root)
+        except OSError:
+            return False
+        private = stat.S_IMODE(st.st_mode) & 0o077 == 0
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and private
+
     def get(self, tenant: str, key: str) -> bytes | None:
         """The binary, or None when this tenant has not compiled this source on this host."""
+        if not self.usable():
+            return None
         path = self.path(tenant, key)
         try:
             data = path.read_bytes()
@@ -76,8 +91,10 @@ class BinaryCache:
 
     def put(self, tenant: str, key: str, binary: bytes) -> None:
         """Keep a binary (atomically: workers of the host share the cache); evict the oldest."""
+        if not self.usable():
+            return
         path = self.path(tenant, key)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         fd, partial = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
         try:
             with os.fdopen(fd, "wb") as out:

@@ -174,3 +174,18 @@ def test_a_compile_bomb_is_held_by_the_compile_limits(
     assert result.compile is not None
     assert result.compile.status in (Status.TIMEOUT, Status.MEMORY_LIMIT), result.compile
     assert run(executor, cache, REVERSE, stdin="ok").stdout == "ko\n"
+
+
+def test_a_cache_root_that_is_not_this_users_private_folder_is_not_used(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    assert not BinaryCache(shared).usable()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "private")
+    (tmp_path / "private").mkdir(mode=0o700)
+    assert not BinaryCache(link).usable()
+    fresh = BinaryCache(tmp_path / "fresh" / "cache")
+    assert fresh.usable()
+    fresh.put("t", "k", b"binary")
+    assert fresh.get("t", "k") == b"binary" and fresh.get("u", "k") is None
