@@ -21,7 +21,6 @@ import hashlib
 import os
 import stat
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,16 +120,20 @@ def default_cache() -> BinaryCache:
     return BinaryCache(Path(tempfile.gettempdir()) / f"rl-sandbox-cpp-{os.getuid()}")
 
 
-def cache_key(source: str) -> str:
-    """The digest that names a source's binary: compiler, flags and source."""
+def cache_key(source: str, files: dict[str, bytes] | None = None) -> str:
+    """The digest that names a source's binary: compiler, flags, source and the input files
+    (a header among them changes the binary)."""
     digest = hashlib.sha256()
     for part in (COMPILER, *FLAGS, source):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    for path, data in sorted((files or {}).items()):
+        digest.update(f"{len(path)}:{path}:{len(data)}:".encode("utf-8", "surrogatepass") + data)
     return digest.hexdigest()
 
 
 def compile_spec(spec: ExecutionSpec, timeout_s: float) -> ExecutionSpec:
-    """The compile step of a C++ program: its source, the run's memory, the compile's time."""
+    """The compile step of a C++ program: its source and files (headers), the run's memory, the
+    compile's time."""
     limits = replace(
         spec.limits,
         timeout_s=timeout_s,
@@ -139,7 +142,7 @@ def compile_spec(spec: ExecutionSpec, timeout_s: float) -> ExecutionSpec:
     )
     return ExecutionSpec(
         code=COMPILE_PROGRAM,
-        files={SOURCE_NAME: spec.code.encode("utf-8", "surrogateescape")},
+        files={**spec.files, SOURCE_NAME: spec.code.encode("utf-8", "surrogateescape")},
         fetch_files=(BINARY_NAME,),
         limits=limits,
         execution_id=spec.execution_id,
@@ -190,12 +193,11 @@ def run_cpp(
     spec: ExecutionSpec, run: Run, cache: BinaryCache, tenant: str, compile_timeout_s: float
 ) -> ExecutionResult:
     """Compile (or find in the cache) and run one C++ program."""
-    key = cache_key(spec.code)
+    key = cache_key(spec.code, spec.files)
     binary = cache.get(tenant, key)
     if binary is not None:
         outcome = CompileOutcome(status=Status.OK, exit_code=0, cached=True)
     else:
-        started = time.monotonic()
         compiled = run(compile_spec(spec, compile_timeout_s))
         binary = compiled.files.get(BINARY_NAME)
         if compiled.status is not Status.OK or binary is None:
@@ -203,6 +205,6 @@ def run_cpp(
                 return replace(compiled, execution_id=spec.execution_id)
             return not_compiled(spec, compiled, compile_timeout_s)
         cache.put(tenant, key, binary)
-        outcome = replace(compile_outcome(compiled), wall_time=round(time.monotonic() - started, 6))
+        outcome = compile_outcome(compiled)
     result = run(run_spec(spec, binary))
     return replace(result, compile=outcome)

@@ -189,3 +189,18 @@ def test_a_cache_root_that_is_not_this_users_private_folder_is_not_used(tmp_path
     assert fresh.usable()
     fresh.put("t", "k", b"binary")
     assert fresh.get("t", "k") == b"binary" and fresh.get("u", "k") is None
+
+
+def test_a_header_among_the_files_is_compiled_in_and_keys_the_cache(
+    executor: JailExecutor, cache: BinaryCache
+) -> None:
+    source = '#include <cstdio>\n#include "answer.h"\nint main() { printf("%d\\n", ANSWER); }\n'
+
+    def with_header(value: int) -> ExecutionResult:
+        header = {"answer.h": f"#define ANSWER {value}\n".encode()}
+        spec = ExecutionSpec(code=source, files=header, limits=TEST_LIMITS)
+        return run_cpp(spec, executor.run, cache, "t1", 30.0)
+
+    assert with_header(42).stdout == "42\n"
+    changed = with_header(7)
+    assert changed.stdout == "7\n" and changed.compile is not None and not changed.compile.cached
