@@ -9,8 +9,8 @@ turn. A turn holding `<tool_call>` blocks (rStar2-Agent's format: `jupyter_code`
 turn without one is the final answer, rewarded 1.0 when its last \\boxed{} equals the label. The
 episode's session ends then.
 
-Tested by tests/integrations/test_trl_openrlhf_service.py (OpenRLHF 0.11.2's agent interface,
-driven as its MultiTurnAgentExecutor drives it; not a training run, which needs GPUs).
+Tested by tests/integrations/test_trl_openrlhf_service.py (OpenRLHF 0.11.2: an episode through
+its MultiTurnAgentExecutor.execute with a scripted engine; not a training run, which needs GPUs).
 """
 
 from __future__ import annotations
