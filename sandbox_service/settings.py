@@ -199,6 +199,11 @@ class Settings(BaseSettings):
     """Session jails a worker keeps started ahead (once it has served a session), so that a new
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
+    # --- compiled languages (language "cpp") ---
+    cpp_compile_timeout_s: float = Field(10.0, gt=0, le=120)
+    """Wall-clock limit of g++ compiling one C++ program in the jail (SandboxFusion's default);
+    a job's budget is its program's limit plus this."""
+
     # --- drop-in compatibility (docs/compatibility.md) ---
     e2b_max_sandboxes: int = Field(1024, ge=1)
     """Live E2B sandboxes one tenant may hold; a create past it is 429 (E2B's own answer)."""
@@ -258,14 +263,15 @@ class Settings(BaseSettings):
         # timeout. The first two steps hold by construction; the last one is checked here, with
         # the margin clients add to a program's budget, so a client never gives up (and resends)
         # work the server is still going to answer.
-        server_beyond_program_s = self.api_wait_s(0.0)
+        # A C++ program's compile comes on top of its timeout (jobs.JobPayload.compile_budget_s).
+        server_beyond_program_s = self.api_wait_s(self.cpp_compile_timeout_s)
         if server_beyond_program_s >= self.client_response_margin_s:
             raise ValueError(
                 f"the API waits up to {server_beyond_program_s:g} s beyond a program's timeout "
-                f"(queue_deadline_s + job start and teardown + margin), not less than "
-                f"client_response_margin_s ({self.client_response_margin_s:g} s): lower "
-                "queue_deadline_s, or raise the clients' Timeouts.response_margin_s and "
-                "client_response_margin_s together"
+                "(queue_deadline_s + a C++ compile + job start and teardown + margin), "
+                f"not less than client_response_margin_s ({self.client_response_margin_s:g} s): "
+                "lower queue_deadline_s or cpp_compile_timeout_s, or raise the clients' "
+                "Timeouts.response_margin_s and client_response_margin_s together"
             )
         return self
 

@@ -65,7 +65,7 @@ GROUP_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
 MAX_DEADLINE_S = 86400.0
 """The largest `deadline_s` (a day): a deadline is finite, and past a day it bounds nothing."""
 
-SUPPORTED_LANGUAGES = ("python",)
+SUPPORTED_LANGUAGES = ("python", "cpp")
 JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
 """The jail's working directory and the other writable directories that absolute paths may name
 on the peer-compatible routes (see ABSOLUTE_PATHS)."""
@@ -214,6 +214,20 @@ def _png_or_none(value: object) -> bytes | None:
     return data if data.startswith(b"\x89PNG\r\n\x1a\n") else None
 
 
+class CompileResult(BaseModel):
+    """A compiled language's compile step (`language: "cpp"`): g++ in the jail, or the cache."""
+
+    status: Status
+    """ok, error (the compiler refused the source), timeout, memory_limit or killed."""
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    """The compiler's messages."""
+    wall_time: float = 0.0
+    cached: bool = False
+    """The binary came from the host's cache of this API key's compiled sources."""
+
+
 class ExecuteResult(BaseModel):
     """What happened to one execution."""
 
@@ -238,6 +252,9 @@ class ExecuteResult(BaseModel):
     {"text/plain": repr} (also printed). Empty when there are none."""
     error: ProgramError | None = None
     """The uncaught exception that ended the program or session cell; null when none did."""
+    compile: CompileResult | None = None
+    """`language: "cpp"`: its compile step; null for Python. A source that does not compile is
+    status `error` with the compiler's messages in `stderr` (and here), and never ran."""
 
     def images(self) -> list[bytes]:
         """The PNG images among the displays (matplotlib figures), decoded, in order; a value

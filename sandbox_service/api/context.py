@@ -71,4 +71,6 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         request_id=request_id_var.get(),
         group=group,
         deadline=deadline,
+        language=request.language,
+        tenant=tenant_var.get().name,
     )

@@ -30,6 +30,8 @@ def check_request(
             {"type": "value_error", "loc": [*loc, field], "msg": message, "input": value}
         )
 
+    if request.language != "python" and request.session_id is not None:
+        problem("session_id", f"sessions run Python; language is {request.language!r}", None)
     code_bytes = len(request.code.encode("utf-8", "surrogatepass"))
     if code_bytes > settings.max_code_bytes:
         problem("code", f"code is {code_bytes} bytes; at most {settings.max_code_bytes}", None)

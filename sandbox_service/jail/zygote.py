@@ -1027,15 +1027,28 @@ def _run_source(source: str, namespace: dict[str, Any] | None = None, cell: bool
     except SystemExit as exc:
         code = _exit_code_of(exc)
         if cell and code:  # a notebook shows it as the cell's error
-            record_error(exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+            record_error(exc, _program_frames(exc.__traceback__))
         return code
     except BaseException as exc:
-        # Drop this function's own frame: the traceback starts at the program, as with `python -c`.
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        # The traceback starts at the program, as with `python -c`.
+        tb = _program_frames(exc.__traceback__)
         traceback.print_exception(type(exc), exc, tb)
         record_error(exc, tb)
         return 1
     return 0
+
+
+def _program_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback less this file's frames (the runner's, a cell's, display's): the model
+    sees only its program's own lines, whatever ran them."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != _program_frames.__code__.co_filename:
+            kept.append(tb)
+        tb = tb.tb_next
+    for frame, following in zip(kept, [*kept[1:], None], strict=True):
+        frame.tb_next = following
+    return kept[0] if kept else None
 
 
 def _forget_scratch_listings() -> None:

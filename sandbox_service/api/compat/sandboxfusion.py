@@ -2,7 +2,7 @@
 
 Models follow SandboxFusion's `RunCodeRequest`, `RunCodeResponse` and `CommandRunResult` field for
 field (casing included: `memory_limit_MB`); like SandboxFusion they ignore unknown fields, and a
-`language` outside its 29 names is a 422. Only `python` runs here; the other names are answered
+`language` outside its 29 names is a 422. `python` and `cpp` run here; the other names are answered
 `SandboxError` with a message, which is what SandboxFusion answers for a language it has no runner
 for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_status` would:
 
@@ -18,7 +18,10 @@ for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_
     deadline_exc.   SandboxError  (run_result null)   -                  why (deadline_...)
 
 A negative return code for a signal is what SandboxFusion's asyncio subprocess reports. Python has
-no compile step, so `compile_result` is always null and `compile_timeout` is unused.
+no compile step, so its `compile_result` is null. A `cpp` program's compile step is the
+`compile_result` (Finished with g++'s return code and messages, or TimeLimitExceeded); one that
+did not compile is Failed with no `run_result`, as SandboxFusion answers. The compile limit is
+the server's `cpp_compile_timeout_s`, not the request's `compile_timeout`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ Language = Literal[
 ]  # fmt: skip
 """SandboxFusion's languages; any other value is a 422, as there."""
 
-RUNNABLE_LANGUAGES = ("python",)
+RUNNABLE_LANGUAGES = ("python", "cpp")
 """Languages this server runs; SandboxFusion accepts no alias for them."""
 
 SKIPPED_FILE_MARK = "IGNORE_THIS_FILE"
@@ -65,7 +68,7 @@ class RunCodeRequest(BaseModel):
 
     model_config = FINITE
     compile_timeout: float = 10
-    """Seconds; unused for python, which has no compile step."""
+    """Seconds; accepted and unused: a `cpp` compile has the server's cpp_compile_timeout_s."""
     run_timeout: float = 10
     """Wall-clock limit in seconds; capped at the server's max_timeout."""
     memory_limit_MB: int = -1
@@ -122,6 +125,7 @@ def to_execute_request(request: RunCodeRequest, settings: Settings) -> ExecuteRe
     }
     execute = jail_request(
         code=request.code,
+        language=request.language,
         stdin=request.stdin or "",
         timeout=min(request.run_timeout, settings.max_timeout),
         memory_mb=memory_mb_of(request.memory_limit_MB, settings),
@@ -178,6 +182,9 @@ def to_run_code_response(result: ExecuteResult) -> RunCodeResponse:
     if status is Status.SANDBOX_ERROR:
         failed = CommandRunResult(status="Error", stderr=result.stderr)
         return RunCodeResponse(status="SandboxError", message=result.stderr, run_result=failed)
+    compiled = _compile_result(result)
+    if result.compile is not None and Status(result.compile.status) is not Status.OK:
+        return RunCodeResponse(status="Failed", message="", compile_result=compiled)
     run = CommandRunResult(
         status="TimeLimitExceeded" if status is Status.TIMEOUT else "Finished",
         execution_time=result.wall_time,
@@ -188,8 +195,24 @@ def to_run_code_response(result: ExecuteResult) -> RunCodeResponse:
     return RunCodeResponse(
         status="Success" if status is Status.OK else "Failed",
         message="",
+        compile_result=compiled,
         run_result=run,
         files=result.files,
+    )
+
+
+def _compile_result(result: ExecuteResult) -> CommandRunResult | None:
+    """A `cpp` program's compile step, as SandboxFusion reports it (None for Python)."""
+    step = result.compile
+    if step is None:
+        return None
+    timed_out = Status(step.status) is Status.TIMEOUT
+    return CommandRunResult(
+        status="TimeLimitExceeded" if timed_out else "Finished",
+        execution_time=step.wall_time,
+        return_code=None if timed_out else (step.exit_code if step.exit_code is not None else -9),
+        stdout=step.stdout,
+        stderr=step.stderr,
     )
 
 
