@@ -130,6 +130,7 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
         cpu_limit_reached=reply.cpu_limit_reached,
         peak_memory_mb=reply.usage.peak_memory_mb,
         memory_limit_mb=spec.limits.memory_mb,
+        raised_memory_error=(reply.error or {}).get("ename") == "MemoryError",
     )
     return ExecutionResult(
         status=classify(raw),

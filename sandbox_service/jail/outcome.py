@@ -12,13 +12,18 @@ The rules, first match wins:
 | ended by SIGXCPU with its CPU time at the CPU-time limit          | timeout       |
 | ended by a signal (a SIGXCPU the program sent itself included)    | killed        |
 | exit code 0                                                       | ok            |
+| non-zero exit, ended by an uncaught MemoryError the runner caught | memory_limit  |
 | non-zero exit, last stderr line a MemoryError, peak at the limit  | memory_limit  |
 | non-zero exit                                                     | error         |
 
 Only what the kernel and the limits say decides a status: the wait status, the CPU time (its
 rusage), the cgroup's OOM-kill counter and peak. What the program writes (its stderr, its
-rich outputs) never does alone: a printed or raised MemoryError far below the limit is the
-program's `error` (its traceback says MemoryError all the same).
+rich outputs) never does alone: a MemoryError printed to stderr far below the limit is the
+program's `error`. An uncaught MemoryError that ended the program (API.md: "MemoryError that
+ended the program", as when numpy cannot allocate an array larger than the memory the kernel
+grants) is `memory_limit` wherever its peak stood: the runner in the program's process records
+it, so a program can claim it for itself, but it can only move its own failure between two of
+its own statuses (`error`, `memory_limit`), never to `ok` or to an infrastructure status.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class RawOutcome:
     peak_memory_mb: float | None = None
     """The run cgroup's peak, from the kernel (None where it cannot be read)."""
     memory_limit_mb: float | None = None
+    raised_memory_error: bool = False
+    """The program ended on an uncaught MemoryError (the runner's record of its exception)."""
 
 
 MEMORY_AT_LIMIT_SLACK_MB = 1.0
@@ -73,6 +80,8 @@ def classify(raw: RawOutcome) -> Status:
         return Status.KILLED
     if raw.exit_code == 0:
         return Status.OK
+    if raw.raised_memory_error:
+        return Status.MEMORY_LIMIT
     if _died_of_memory_error(raw.stderr_tail) and _memory_at_limit(raw):
         return Status.MEMORY_LIMIT
     return Status.ERROR

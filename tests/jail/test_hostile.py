@@ -684,8 +684,9 @@ def test_unbounded_recursion_limit_crashes_cleanly(run: RunFn) -> None:
         ("raise SystemExit('bye')", Status.ERROR, 1, "bye"),
         ("raise ValueError('boom')", Status.ERROR, 1, "ValueError: boom"),
         ("def f(:\n  pass", Status.ERROR, 1, "SyntaxError"),
-        # Raised far below the memory limit: the program's error (outcome.py), not the limit's.
-        ("raise MemoryError()", Status.ERROR, 1, "MemoryError"),
+        # An uncaught MemoryError ended it: the limit's status (API.md, outcome.py); printed: error.
+        ("[0] * 10**12", Status.MEMORY_LIMIT, 1, "MemoryError"),
+        ("import sys; print('MemoryError', file=sys.stderr); sys.exit(1)", Status.ERROR, 1, ""),
     ],
 )
 def test_exit_codes_and_errors(

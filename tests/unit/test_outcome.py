@@ -33,6 +33,9 @@ MEM = Status.MEMORY_LIMIT
         (RawOutcome(1, None, False, False, "MemoryError\n", False, 12.0, 256), Status.ERROR),
         (RawOutcome(1, None, False, False, "MemoryError\n", False, None, 256), Status.ERROR),
         (RawOutcome(1, None, False, False, "print('MemoryError')\nValueError"), Status.ERROR),
+        # An uncaught MemoryError that ended the program (the runner's record), wherever its peak.
+        (RawOutcome(1, None, False, False, "MemoryError\n", False, 12.0, 256, True), MEM),
+        (RawOutcome(0, None, False, False, "", False, 12.0, 256, True), Status.OK),
         (RawOutcome(None, signal.SIGKILL, True, True), Status.TIMEOUT),
     ],
 )
