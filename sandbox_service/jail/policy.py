@@ -32,6 +32,8 @@ JAILED_UID loses every capability (the kernel clears them on leaving uid 0)."""
 ZYGOTE_PATH_IN_JAIL = "/opt/rl-sandbox/zygote.py"
 PROTOCOL_PATH_IN_JAIL = "/opt/rl-sandbox/protocol.py"
 WORK_DIR = "/home/sandbox"
+E2B_WORK_DIR = "/home/user"
+"""A link to WORK_DIR: the E2B SDK's code and files share /home/user."""
 SCRATCH_DIRS = (WORK_DIR, "/tmp", "/mnt", "/dev/shm")
 """The jail's private writable directories (tmpfs); /mnt because SandboxFusion's programs use it."""
 MS_NOSUID_NODEV = 2 | 4
@@ -373,6 +375,8 @@ def build_config(layout: JailLayout) -> NsJailConfig:
             options=f"subset=pid,hidepid=invisible,gid={ZYGOTE_UID}",
         ),
         *[_scratch(dst, options) for dst, options in scratch_mounts(layout)],
+        # E2B's working directory: code written for an E2B sandbox names /home/user.
+        MountPt(src=WORK_DIR, dst=E2B_WORK_DIR, is_symlink=True),
     ]
     cfg.seccomp_string = [seccomp_policy()]
 

@@ -234,3 +234,11 @@ def test_a_session_cell_error_is_structured_and_keeps_the_session(pool: SessionP
     assert failed.alive and failed.result.error is not None
     assert (failed.result.error.ename, failed.result.error.evalue) == ("AssertionError", "nope")
     assert pool.run_cell("rich-err", cell("y")).result.stdout == "3\n"
+
+
+def test_e2b_home_is_the_working_directory(run: RunFn) -> None:
+    result = run(
+        "open('/home/user/data.csv', 'w').write('a,b\\n')\n"
+        "import os; print(open('data.csv').read(), os.path.realpath('/home/user'))"
+    )
+    assert (result.status, result.stdout) == (Status.OK, "a,b\n /home/sandbox\n"), result
