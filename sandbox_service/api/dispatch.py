@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from redis.exceptions import RedisError
 
 from sandbox_service import keys
 from sandbox_service.api.awaiting import Awaiter
+from sandbox_service.api.chunking import plan_chunks
 from sandbox_service.broker import jobqueue, worker_stats
 from sandbox_service.broker.held_connection import HeldConnection
 from sandbox_service.broker.jobqueue import JobQueue, NewJob
@@ -41,7 +43,7 @@ from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.cancel import GROUP_CANCELLED
-from sandbox_service.jobs import JobPayload, ResultDict
+from sandbox_service.jobs import JobPayload, ResultDict, item_id
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
 
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 
 ADMISSION_ROUND_MAX_JOBS = 8192
 """Most jobs one admission round enqueues (one script call)."""
+WORKERS_FRESH_S = 1.0
+"""How long the count of live workers that sizes a batch's chunks is reused."""
 BUILD_ON_LOOP_MAX_JOBS = 64
 """Rounds up to this many jobs build their enqueue commands on the event loop (11 to 16 us per job
 here, so under 1 ms of the loop; a thread hop costs about 0.1 ms of CPU); larger ones in a
@@ -120,6 +124,8 @@ class Dispatcher:
         self._depth_script = self.redis.register_script(jobqueue.DEPTH_SCRIPT)
         self._to_admit: asyncio.Queue[tuple[list[NewJob], asyncio.Future[bool]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        self._workers_seen = 0
+        self._workers_seen_at = -math.inf
 
     def _count_retry(self) -> None:
         self.retries += 1
@@ -163,19 +169,38 @@ class Dispatcher:
             raise Unavailable("the server is shutting down")
         admitted_at = time.time()
         start_by = admitted_at + self.settings.queue_deadline_s
-        jobs: list[NewJob] = []
-        futures: list[asyncio.Future[ResultDict]] = []
-        for payload in payloads:
-            execution_id = uuid.uuid4().hex
-            stamped = replace(
+        stamped = [
+            replace(
                 payload,
                 reply_to=self.awaiter_reply_key,
                 admitted_at=admitted_at,
                 start_by=min(start_by, payload.deadline) if payload.deadline else start_by,
             )
-            futures.append(self.awaiter.track(execution_id, stamped))
-            jobs.append(NewJob.of(execution_id, stamped, self.settings))
-        execution_ids = [job.execution_id for job in jobs]
+            for payload in payloads
+        ]
+        workers = await self._workers_for_chunks(len(payloads))
+        jobs: list[NewJob] = []
+        slots: list[asyncio.Future[ResultDict] | None] = [None] * len(stamped)
+        execution_ids: list[str] = []
+        for indices in plan_chunks(stamped, workers):
+            job_id = uuid.uuid4().hex
+            if len(indices) == 1:
+                (i,) = indices
+                slots[i] = self.awaiter.track(job_id, stamped[i])
+                execution_ids.append(job_id)
+                jobs.append(NewJob.of(job_id, stamped[i], self.settings))
+                continue
+            # The chunk waits and is withdrawn as one: its calls share the latest start-by time,
+            # and a call's wait grows by the budgets of the calls before it in the chunk.
+            chunk_start_by = max(stamped[i].start_by for i in indices)
+            items = [replace(stamped[i], start_by=chunk_start_by) for i in indices]
+            before_s = 0.0
+            for k, (i, item) in enumerate(zip(indices, items, strict=True)):
+                slots[i] = self.awaiter.track(item_id(job_id, k), item, before_s)
+                execution_ids.append(item_id(job_id, k))
+                before_s += item.worker_budget_s(self.settings)
+            jobs.append(NewJob.chunk(job_id, items, self.settings))
+        futures = [future for future in slots if future is not None]
         admission = self._request_admission(jobs)
         try:
             admitted = await asyncio.shield(admission)
@@ -195,6 +220,19 @@ class Dispatcher:
         except asyncio.CancelledError:
             self.abandon(futures)
             raise
+
+    async def _workers_for_chunks(self, calls: int) -> int:
+        """Live workers, to size a request's chunks (0: no chunks; a recent count is reused)."""
+        if calls <= 1:
+            return 0
+        now = time.monotonic()
+        if now - self._workers_seen_at > WORKERS_FRESH_S:
+            self._workers_seen_at = now
+            try:
+                self._workers_seen = await self.live_workers()
+            except (RedisError, OSError):
+                self._workers_seen = 0
+        return self._workers_seen
 
     def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> None:
         """Nobody waits for these any more (the client went away): drop the jobs not started,
@@ -378,8 +416,5 @@ class Dispatcher:
 
     async def queue_depth(self) -> int:
         """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""
-        queue = self.settings.queue_name
-        depth = await self._depth_script(
-            keys=[keys.rq_queue(queue), Liveness.of(self.settings).key]
-        )
+        depth = await self._depth_script(keys=self._job_queue.depth_keys())
         return int(depth)
