@@ -319,6 +319,8 @@ class JobQueue:
         A chunk's item withdraws its whole chunk (the calls of one chunk wait and are withdrawn
         together). `queues`: the RQ queue of each job, when known; else read from the job.
         """
+        if not execution_ids:
+            return []
         jobs = [job_of(execution_id) for execution_id in execution_ids]
         unique = list(dict.fromkeys(jobs))
         if queues is None:
@@ -334,11 +336,12 @@ class JobQueue:
                 pipe.lrem(keys.rq_queue(queue), 0, job)
             removed = {job: bool(n) for job, n in zip(unique, pipe.execute(), strict=True)}
         gone = [job for job in unique if removed[job]]
-        if gone:
-            with self._redis.pipeline(transaction=False) as pipe:
+        with self._redis.pipeline(transaction=False) as pipe:
+            if gone:
                 pipe.delete(*(keys.rq_job(job) for job in gone))
-                pipe.hdel(keys.chunks(self._name), *gone)
-                pipe.execute()
+            # Not in its queue: it waits no more (even one whose worker died as it popped it).
+            pipe.hdel(keys.chunks(self._name), *unique)
+            pipe.execute()
         return [removed[job] for job in jobs]
 
     def cancel(
