@@ -173,3 +173,20 @@ async def test_a_group_cancel_reaches_the_calls_of_its_group_inside_chunks(
             assert "finished" not in result["stdout"]
             assert ("killed" if "started" in result["stdout"] else "never ran") in result["stderr"]
     assert any("never ran" in r["stderr"] for r in results[::2]), results
+
+
+async def test_deadlines_stay_per_call_inside_a_chunk(chunk_stack: Stack) -> None:
+    # Calls 0 and 1 share a chunk and a 1.5 s deadline: 0 runs into it, 1 starts past it.
+    late = {"code": "import time; time.sleep(5)", "deadline_s": 1.5, "timeout": 10}
+    requests = [late, {"code": "print(1)", "deadline_s": 1.5}]
+    requests += [{"code": f"print({i})"} for i in range(2, 8)]
+    async with httpx.AsyncClient(base_url=chunk_stack.url, timeout=60) as http:
+        response = await http.post("/execute/batch", json={"requests": requests})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert chunk_of(results[0]) == chunk_of(results[1]) is not None, results
+    assert [r["status"] for r in results[:2]] == ["deadline_exceeded"] * 2, results
+    assert "never ran" in results[1]["stderr"], results[1]
+    assert [(r["status"], r["stdout"]) for r in results[2:]] == [
+        ("ok", f"{i}\n") for i in range(2, 8)
+    ]
