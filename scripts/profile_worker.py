@@ -87,9 +87,10 @@ def enqueue_jobs(url: str, count: int, chunk: int = 1) -> None:
     # A reply list, as the API gives every job (its notices pile up unread here).
     payload = JobPayload(code="print(1)", request_id="r", reply_to=f"{QUEUE}:reply")
     if chunk > 1:
-        items = [payload] * chunk
-        queue.enqueue([NewJob(uuid.uuid4().hex, payload, 30.0, items=tuple(items),
-                              item_budgets_s=(30.0,) * chunk) for _ in range(count // chunk)])  # fmt: skip
+        items, budgets = (payload,) * chunk, (30.0,) * chunk
+        chunks = [NewJob(uuid.uuid4().hex, payload, 30.0, items=items, item_budgets_s=budgets)
+                  for _ in range(count // chunk)]  # fmt: skip
+        queue.enqueue(chunks)
         return
     for start in range(0, count, 500):
         batch = range(start, min(start + 500, count))
