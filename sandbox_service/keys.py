@@ -19,11 +19,12 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
 | `<queue>:group:<g>` | set: group's unanswered ids, `-` | API, workers | any API | group TTL |
 | `<queue>:gsessions:<g>` | set: sessions of group `<g>` | API | any API (cancel) | group TTL |
-| `<queue>:chunks` | hash: waiting chunk job -> calls - 1 | API | workers, API | dequeued |
+| `rq:queue:<queue>:chunks` | hash: waiting chunk job -> calls - 1 | API | workers, API | dequeued |
 
 A chunk is one RQ job that carries several calls of a batch (`<xid>` of its item i:
 `<chunk>.<i>`, so that its job is found from any of them); `<queue>:chunks` lets the admission
-bound count its calls while it waits.
+bound count its calls while it waits (named after the queue's list, so that the admission
+script finds it from that key).
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
 since the session's last use. `<g>` is a group's internal id (`tenancy.scoped`: the tenant's name,
@@ -119,4 +120,4 @@ def worker_stats(queue: str, worker: str) -> str:
 
 def chunks(queue: str) -> str:
     """Hash of the chunk jobs waiting in the queue: job id -> its calls beyond the first."""
-    return f"{queue}:chunks"
+    return f"{rq_queue(queue)}:chunks"

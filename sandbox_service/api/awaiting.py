@@ -106,7 +106,7 @@ class Awaiter:
         self._max_check_every = 4 * settings.poll_interval_s
 
     def track(
-        self, execution_id: str, payload: JobPayload, behind_s: float = 0.0
+        self, execution_id: str, payload: JobPayload, *, behind_s: float = 0.0
     ) -> asyncio.Future[ResultDict]:
         """Register a job before it is enqueued (its notice may beat the enqueue's reply).
 

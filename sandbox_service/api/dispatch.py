@@ -196,7 +196,7 @@ class Dispatcher:
             items = [replace(stamped[i], start_by=chunk_start_by) for i in indices]
             before_s = 0.0
             for k, (i, item) in enumerate(zip(indices, items, strict=True)):
-                slots[i] = self.awaiter.track(item_id(job_id, k), item, before_s)
+                slots[i] = self.awaiter.track(item_id(job_id, k), item, behind_s=before_s)
                 execution_ids.append(item_id(job_id, k))
                 before_s += item.worker_budget_s(self.settings)
             jobs.append(NewJob.chunk(job_id, items, self.settings))
@@ -416,5 +416,8 @@ class Dispatcher:
 
     async def queue_depth(self) -> int:
         """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""
-        depth = await self._depth_script(keys=self._job_queue.depth_keys())
+        queue = self.settings.queue_name
+        depth = await self._depth_script(
+            keys=[keys.rq_queue(queue), Liveness.of(self.settings).key]
+        )
         return int(depth)

@@ -125,15 +125,15 @@ class JobState:
     """The RQ queue name the job was enqueued on."""
 
 
-# KEYS[1]: the shared queue's list, KEYS[2]: the alive set, KEYS[3]: the waiting chunks' extra
-# calls. A worker's own queue's list is keys.rq_queue(keys.worker_queue(queue, worker)), that is
-# KEYS[1] .. ':w:' .. worker.
+# KEYS[1]: the shared queue's list, KEYS[2]: the alive set. A worker's own queue's list is
+# keys.rq_queue(keys.worker_queue(queue, worker)), that is KEYS[1] .. ':w:' .. worker; the
+# waiting chunks' calls beyond their first are keys.chunks(queue), that is KEYS[1] .. ':chunks'.
 _WAITING = """
 local depth = redis.call('LLEN', KEYS[1])
 for _, worker in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   depth = depth + redis.call('LLEN', KEYS[1] .. ':w:' .. worker)
 end
-for _, extra in ipairs(redis.call('HVALS', KEYS[3])) do
+for _, extra in ipairs(redis.call('HVALS', KEYS[1] .. ':chunks')) do
   depth = depth + tonumber(extra)
 end
 """
@@ -242,11 +242,7 @@ class JobQueue:
             for command in commands:
                 argv.append(len(command))
                 argv.extend(command)
-        return self.depth_keys(), argv
-
-    def depth_keys(self) -> list[str]:
-        """KEYS of DEPTH_SCRIPT (and of ADMIT_SCRIPT)."""
-        return [keys.rq_queue(self._name), keys.alive(self._name), keys.chunks(self._name)]
+        return [keys.rq_queue(self._name), keys.alive(self._name)], argv
 
     def _enqueue_commands(self, jobs: Sequence[NewJob], at_front: bool = False) -> list[list[Any]]:
         # RQ's own records (rq_format.py), without its Job objects: per queue, its registration,
