@@ -23,7 +23,11 @@ import pytest
 import redis
 
 from sandbox_service import keys
+from sandbox_service.broker import jobqueue
+from sandbox_service.broker.jobqueue import JobQueue, NewJob
+from sandbox_service.jobs import JobPayload
 from sandbox_service.local.redis_server import RedisServer
+from sandbox_service.settings import Settings
 from tests.service.stack import Stack, stack_env
 from tests.service.test_reliability import FAST_DETECTION, job_keys, wait_workers
 
@@ -190,3 +194,25 @@ async def test_deadlines_stay_per_call_inside_a_chunk(chunk_stack: Stack) -> Non
     assert [(r["status"], r["stdout"]) for r in results[2:]] == [
         ("ok", f"{i}\n") for i in range(2, 8)
     ]
+
+
+def test_a_waiting_chunk_counts_each_of_its_calls_against_the_bound(
+    redis_client: redis.Redis,
+) -> None:
+    # No workers on this queue: what is admitted waits. A bound of 6 calls.
+    queue = JobQueue(redis_client, f"chunk-bound-{uuid.uuid4().hex[:8]}", result_ttl_s=60)
+    settings = Settings(redis_url="redis://unused")
+    five = NewJob.chunk("c5", [JobPayload(code=f"print({i})") for i in range(5)], settings)
+    two = NewJob.chunk("c2", [JobPayload(code="1"), JobPayload(code="2")], settings)
+    one = NewJob.of("j1", JobPayload(code="1"), settings)
+
+    def admit(*groups: list[NewJob]) -> list[int]:
+        script_keys, argv = queue.admission(groups, 6)
+        return list(redis_client.eval(jobqueue.ADMIT_SCRIPT, len(script_keys), *script_keys, *argv))
+
+    assert admit([five], [two], [one]) == [1, 0, 1]
+    script_keys, _ = queue.admission([], 6)
+    depth = redis_client.eval(jobqueue.DEPTH_SCRIPT, 2, *script_keys)
+    assert depth == 6
+    assert queue.withdraw(["c5.3"]) == [True]  # a call withdraws its whole chunk
+    assert redis_client.eval(jobqueue.DEPTH_SCRIPT, 2, *script_keys) == 1
