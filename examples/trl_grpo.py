@@ -9,8 +9,8 @@
   reads from the docstring. Each rollout gets a fresh session (one interpreter); `reset` ends the
   previous rollout's.
 
-Tested by tests/integrations/test_trl_openrlhf_service.py (TRL 1.16, calls made as TRL makes
-them; not a full training run, which needs a model).
+Tested by tests/integrations/test_trl_openrlhf_service.py (TRL 1.16: calls made as TRL makes
+them, and one GRPOTrainer.train() step on a tiny model that calls the tool and answers).
 """
 
 from __future__ import annotations

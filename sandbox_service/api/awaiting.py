@@ -56,6 +56,9 @@ class Pending:
     next_check: float
     check_every: float
     admitted: bool = False
+    queue: str = ""
+    """The RQ queue a stateless job goes to (its tenant's shared queue; empty: the shared one);
+    a retry goes there too."""
 
 
 class Outstanding:
@@ -106,7 +109,12 @@ class Awaiter:
         self._max_check_every = 4 * settings.poll_interval_s
 
     def track(
-        self, execution_id: str, payload: JobPayload, *, behind_s: float = 0.0
+        self,
+        execution_id: str,
+        payload: JobPayload,
+        queue: str = "",
+        *,
+        behind_s: float = 0.0,
     ) -> asyncio.Future[ResultDict]:
         """Register a job before it is enqueued (its notice may beat the enqueue's reply).
 
@@ -121,6 +129,7 @@ class Awaiter:
                 give_up_at=now + self._wait_s(payload) + behind_s,
                 next_check=now + self._settings.poll_interval_s,
                 check_every=self._settings.poll_interval_s,
+                queue=queue,
             ),
         )
         return future
@@ -314,7 +323,8 @@ class Awaiter:
             pending = self.outstanding.jobs.get(execution_id)
             if pending is None:
                 continue
-            moved.append(NewJob.of(execution_id, pending.payload, self._settings))
+            job = NewJob.of(execution_id, pending.payload, self._settings)
+            moved.append(replace(job, queue=pending.queue))
             log.warning(
                 "job queued on a dead worker; routing it again",
                 extra=fields(execution_id=execution_id, request_id=pending.payload.request_id),
@@ -345,7 +355,8 @@ class Awaiter:
                     next_check=time.monotonic() + self._settings.poll_interval_s,
                 ),
             )
-            new_jobs.append(NewJob.of(new_id, payload, self._settings))
+            job = NewJob.of(new_id, payload, self._settings)
+            new_jobs.append(replace(job, queue=pending.queue))
             log.warning(
                 "job lost with its worker; running it again",
                 extra=fields(

@@ -30,8 +30,9 @@ class ApiContext:
         """Admit, run and await the payloads; record their results and the route's time."""
         started = time.perf_counter()
         results = await self.dispatcher.submit(payloads)
+        tenant = tenant_var.get().name
         for result in results:
-            self.metrics.observe_result(result)
+            self.metrics.observe_result(result, tenant)
         self.metrics.request_duration.labels(route).observe(time.perf_counter() - started)
         return results
 
@@ -53,10 +54,12 @@ async def context(request: Request) -> ApiContext:
 def to_payload(request: ExecuteRequest) -> JobPayload:
     """The job payload of one validated request (the dispatcher stamps queue fields).
 
-    The group is named in the caller's tenant; the relative deadline becomes an epoch here, once.
+    The session and the group are the calling tenant's (another tenant's same id is another
+    session or group); the relative deadline becomes an epoch here, once.
     """
     group = None if request.group is None else scoped(tenant_var.get(), request.group)
     deadline = 0.0 if request.deadline_s is None else time.time() + request.deadline_s
+    session_id = request.session_id
     return JobPayload(
         code=request.code,
         stdin=request.stdin,
@@ -64,8 +67,10 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         memory_mb=request.memory_mb,
         files=dict(request.files),
         fetch_files=tuple(request.fetch_files),
-        session_id=request.session_id,
+        session_id=None if session_id is None else scoped(tenant_var.get(), session_id),
         request_id=request_id_var.get(),
         group=group,
         deadline=deadline,
+        language=request.language,
+        tenant=tenant_var.get().name,
     )

@@ -26,10 +26,13 @@ from trainer_client.wire import (
 )
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing or wrong API key (when the server has one)"},
+    401: {"description": "Missing or unknown API key (when the server has keys)"},
     413: {"description": "Body larger than the server's max_body_bytes"},
     422: {"description": "Invalid request; `detail[].loc` names the field (and batch index)"},
-    429: {"description": "Queue full; nothing was run. Retry after `Retry-After` seconds"},
+    429: {
+        "description": "Queue full, or the key's tenant over a quota (calls in flight, sessions, "
+        "its share of the queue); nothing was run. Retry after `Retry-After` seconds"
+    },
     503: {"description": "Redis unreachable, no worker, or shutting down; `detail` says which"},
 }
 BODY_MODELS: tuple[type[BaseModel], ...] = (ExecuteRequest, BatchRequest)
@@ -93,7 +96,10 @@ async def execute_batch(http_request: Request, ctx: Context) -> Response:
     "/sessions/{session_id}",
     status_code=204,
     responses={
-        404: {"description": "No such session (never created, ended, or expired)"},
+        404: {
+            "description": "No such session of this key (never created, ended, expired, or "
+            "another key's)"
+        },
         **{code: ERRORS[code] for code in (401, 429, 503)},
     },
 )
@@ -103,10 +109,12 @@ async def end_session(
     """End a session: its interpreter is freed and its recorded cells forgotten.
 
     Cells of the session admitted earlier run first. A later cell with the same id starts
-    a new, empty session.
+    a new, empty session. Only the key's own sessions are found.
     """
-    if not await ctx.dispatcher.end_session(session_id, request_id_var.get()):
+    internal = scoped(tenant_var.get(), session_id)
+    if not await ctx.dispatcher.end_session(internal, request_id_var.get()):
         return JSONResponse({"detail": f"no session {session_id!r}"}, status_code=404)
+    await ctx.dispatcher.session_ended(internal)
     return Response(status_code=204)
 
 

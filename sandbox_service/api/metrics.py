@@ -36,15 +36,17 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.http_responses = Counter(
-            "rl_sandbox_http_responses", "HTTP responses by route and status code",
-            ["route", "code"], registry=r,
+            "rl_sandbox_http_responses",
+            "HTTP responses by route, status code and tenant (empty: no valid key)",
+            ["route", "code", "tenant"], registry=r,
         )  # fmt: skip
         self.executions = Counter(
-            "rl_sandbox_executions", "Execution results by status", ["status"], registry=r
-        )
+            "rl_sandbox_executions", "Execution results by status and tenant",
+            ["status", "tenant"], registry=r,
+        )  # fmt: skip
         self.rejected = Counter(
-            "rl_sandbox_rejected_requests", "Requests refused before running, by reason",
-            ["reason"], registry=r,
+            "rl_sandbox_rejected_requests", "Requests refused before running, by reason and tenant",
+            ["reason", "tenant"], registry=r,
         )  # fmt: skip
         self.queue_wait = Histogram(
             "rl_sandbox_queue_wait_seconds", "Time from admission to the start of the run",
@@ -75,10 +77,11 @@ class Metrics:
         self.scraped = ScrapedValues()
         r.register(self.scraped)
 
-    def observe_result(self, result: ResultDict) -> None:
-        """Count one execution result and its times (the run's time only when the program's
-        own outcome ended it: an infrastructure status says when the service stopped it)."""
-        self.executions.labels(result["status"]).inc()
+    def observe_result(self, result: ResultDict, tenant: str) -> None:
+        """Count one execution result of `tenant` and its times (the run's time only when the
+        program's own outcome ended it: an infrastructure status says when the service stopped
+        it)."""
+        self.executions.labels(result["status"], tenant).inc()
         self.queue_wait.observe(result["queue_time"])
         if result["status"] not in INFRASTRUCTURE_STATUSES:
             self.execution_wall.observe(result["wall_time"])

@@ -3,9 +3,15 @@
 Jobs are ordinary RQ jobs (JSON serializer, never pickle), so `rq info` and RQ's registries see
 them. The API writes their records as RQ does, without RQ's Job objects (rq_format.py: a third
 of the CPU, tested against RQ's own). There is one shared queue, and each worker has its own
-queue (session cells go to the worker that holds the session, see session_store.py); a worker
-serves its own queue and the shared one in turn (RQ's round-robin dequeue: after a job from
-one, the other is tried first).
+queue (session cells go to the worker that holds the session, see session_store.py). With a
+tenants file each tenant has its own shared queue (keys.tenant_queue); the API publishes the
+tenants and weights in Redis (keys.tenants) and idle workers re-read them every few seconds, so
+workers never hold the keys. A worker listens on its own queue and every tenant's queue with
+RQ's multi-queue BLPOP (the first non-empty queue of its list wins) and, after each job, reorders
+that list by fair_share.FairOrder: tenants in proportion to their weights (in calls: each call of
+a chunk counts), its own queue (session cells) as much as all tenants together, so neither
+session cells nor stateless calls starve the other. One tenant, no own queue traffic: RQ's
+round robin, as before.
 RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
 no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So `LeanWorker` keeps RQ's
 loop (blocking dequeue, registration, signals, suspension, maintenance) and replaces the per-job
@@ -34,7 +40,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,6 +58,7 @@ from sandbox_service import keys
 from sandbox_service.broker import rq_format
 from sandbox_service.cancel import CLIENT_LEFT, never_ran
 from sandbox_service.execution import Status
+from sandbox_service.fair_share import FairOrder
 from sandbox_service.jobs import (
     JobPayload,
     ResultDict,
@@ -64,6 +71,7 @@ from sandbox_service.jobs import (
     job_of,
 )
 from sandbox_service.logs import fields
+from sandbox_service.tenancy import TENANT_NAME
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -125,38 +133,58 @@ class JobState:
     """The RQ queue name the job was enqueued on."""
 
 
-# KEYS[1]: the shared queue's list, KEYS[2]: the alive set. A worker's own queue's list is
-# keys.rq_queue(keys.worker_queue(queue, worker)), that is KEYS[1] .. ':w:' .. worker; the
-# waiting chunks' calls beyond their first are keys.chunks(queue), that is KEYS[1] .. ':chunks'.
+# KEYS[1]: the shared queue's list, KEYS[2]: the alive set, KEYS[3..]: the other tenants' shared
+# queues' lists. A worker's own queue's list is keys.rq_queue(keys.worker_queue(queue, worker)),
+# that is KEYS[1] .. ':w:' .. worker; the calls beyond their first of the chunks waiting in a
+# shared queue's list L are keys.chunks(queue) of it, that is L .. ':chunks' (own queues hold no
+# chunks). waiting(L): the calls waiting in shared queue L.
 _WAITING = """
-local depth = redis.call('LLEN', KEYS[1])
+local function waiting(list)
+  local calls = redis.call('LLEN', list)
+  for _, extra in ipairs(redis.call('HVALS', list .. ':chunks')) do
+    calls = calls + tonumber(extra)
+  end
+  return calls
+end
+local depth = waiting(KEYS[1])
+for k = 3, #KEYS do depth = depth + waiting(KEYS[k]) end
 for _, worker in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   depth = depth + redis.call('LLEN', KEYS[1] .. ':w:' .. worker)
-end
-for _, extra in ipairs(redis.call('HVALS', KEYS[1] .. ':chunks')) do
-  depth = depth + tonumber(extra)
 end
 """
 
 DEPTH_SCRIPT = _WAITING + "return depth"
-"""Calls waiting: in the shared queue (a chunk's calls each count) and in the own queues of
-registered workers."""
+"""Calls waiting: in the tenants' shared queues (a chunk's calls each count) and in the own
+queues of registered workers."""
+
+ADMITTED, QUEUE_FULL, TENANT_QUEUE_FULL, IN_FLIGHT_QUOTA = 1, 0, 2, 3
+"""ADMIT_SCRIPT's verdicts on a group."""
 
 ADMIT_SCRIPT = (
     _WAITING
     + """
 local max_depth = tonumber(ARGV[1])
-local i = 3
+local now = ARGV[3]
+local i = 4
 local admitted = {}
 for g = 1, tonumber(ARGV[2]) do
-  local size, ncommands = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  i = i + 2
-  local fits = depth + size <= max_depth
-  if fits then depth = depth + size end
-  admitted[g] = fits and 1 or 0
+  local size, tenant_queue, share = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
+  local flight, max_flight, ncommands = ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  i = i + 6
+  local verdict = 1
+  if depth + size > max_depth then
+    verdict = 0
+  elseif waiting(tenant_queue) + size > share then
+    verdict = 2
+  elseif flight ~= '' then
+    redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
+    if redis.call('ZCARD', flight) + size > max_flight then verdict = 3 end
+  end
+  if verdict == 1 then depth = depth + size end
+  admitted[g] = verdict
   for _ = 1, ncommands do
     local nargs = tonumber(ARGV[i])
-    if fits then redis.call(unpack(ARGV, i + 1, i + nargs)) end
+    if verdict == 1 then redis.call(unpack(ARGV, i + 1, i + nargs)) end
     i = i + 1 + nargs
   end
 end
@@ -164,10 +192,44 @@ return admitted
 """
 )
 """Admission in one round trip (KEYS and ARGV from JobQueue.admission): each group is enqueued
-whole if the work waiting stays within its bound, else nothing of it; returns 1 or 0 per group.
-The work waiting is the shared queue plus the own queues (session cells) of registered workers.
-Atomic, so the bound is exact across API replicas too. Like RQ's own MULTI it touches keys it
-does not declare: one Redis (or one shard), as RQ needs anyway."""
+whole if the work waiting stays within its bound, its tenant's shared queue within the tenant's
+share of that bound, and the tenant's calls in flight within its quota; else nothing of it.
+Returns a verdict per group (ADMITTED, QUEUE_FULL, ...). The work waiting is every tenant's
+shared queue plus the own queues (session cells) of registered workers. Atomic, so the bounds
+are exact across API replicas too. Like RQ's own MULTI it touches keys it does not declare: one
+Redis (or one shard), as RQ needs anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupBounds:
+    """What one admitted group must fit in besides the queue's bound: its tenant's bounds."""
+
+    tenant_queue: str = ""
+    """RQ queue name of the tenant's shared queue (empty: the shared queue)."""
+    queue_share: int | None = None
+    """Most jobs the tenant's shared queue may hold (None: the queue's whole bound)."""
+    in_flight_key: str = ""
+    """The tenant's in-flight zset (empty: no quota of calls in flight)."""
+    max_in_flight: int = 0
+    expires_at: float = 0.0
+    """When the group's members stop counting in flight (epoch s): its wait's deadline."""
+
+
+TENANTS_REFRESH_S = 5.0
+"""How often an idle worker re-reads the published tenants (and how long one dequeue blocks)."""
+
+
+def read_tenant_weights(connection: redis.Redis, queue_name: str) -> dict[str, float]:
+    """The tenants the API replicas published (name -> weight); malformed entries skipped."""
+    weights: dict[str, float] = {}
+    for raw_name, raw_weight in connection.hgetall(keys.tenants(queue_name)).items():
+        name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+        with contextlib.suppress(ValueError):
+            weight = float(raw_weight)
+            if TENANT_NAME.fullmatch(name) and math.isfinite(weight) and weight > 0:
+                weights[name] = weight
+    return dict(sorted(weights.items()))
+
 
 WORKER_TTL_S = 60
 """RQ's worker registration TTL; RQ blocks in BLPOP for WORKER_TTL_S - 15 seconds at a time."""
@@ -231,18 +293,34 @@ class JobQueue:
         self._drop_script = connection.register_script(DROP_SCRIPT)
 
     def admission(
-        self, groups: Sequence[Sequence[NewJob]], max_depth: int
+        self,
+        groups: Sequence[Sequence[NewJob]],
+        max_depth: int,
+        bounds: Sequence[GroupBounds] | None = None,
+        tenant_queues: Sequence[str] = (),
     ) -> tuple[list[str], list[Any]]:
         """(KEYS, ARGV) of ADMIT_SCRIPT for these groups: the commands that enqueue each group
-        as RQ would, which the script runs for each group that fits (the caller sends it)."""
-        argv: list[Any] = [max_depth, len(groups)]
-        for group in groups:
+        as RQ would, which the script runs for each group that fits (the caller sends it).
+
+        `bounds`: each group's tenant bounds (None: none); `tenant_queues`: the RQ queue names
+        of the tenants' shared queues other than the shared one (they count in the depth)."""
+        argv: list[Any] = [max_depth, len(groups), time.time()]
+        for g, group in enumerate(groups):
+            bound = bounds[g] if bounds is not None else GroupBounds()
             commands = self._enqueue_commands(group)
-            argv += [sum(len(job.items) or 1 for job in group), len(commands)]
+            members = [member for job in group for member, _ in job.members()]
+            if bound.in_flight_key:
+                scored = [part for member in members for part in (bound.expires_at, member)]
+                commands.append(["ZADD", bound.in_flight_key, *scored])
+                commands.append(["EXPIREAT", bound.in_flight_key, math.ceil(bound.expires_at)])
+            share = max_depth if bound.queue_share is None else bound.queue_share
+            argv += [len(members), keys.rq_queue(bound.tenant_queue or self._name), share]
+            argv += [bound.in_flight_key, bound.max_in_flight, len(commands)]
             for command in commands:
                 argv.append(len(command))
                 argv.extend(command)
-        return [keys.rq_queue(self._name), keys.alive(self._name)], argv
+        script_keys = [keys.rq_queue(self._name), keys.alive(self._name)]
+        return script_keys + [keys.rq_queue(q) for q in tenant_queues], argv
 
     def _enqueue_commands(self, jobs: Sequence[NewJob], at_front: bool = False) -> list[list[Any]]:
         # RQ's own records (rq_format.py), without its Job objects: per queue, its registration,
@@ -269,7 +347,7 @@ class JobQueue:
                 commands.append(["HSET", keys.rq_job(job.execution_id), *fields])
             extra = [(job.execution_id, len(job.items) - 1) for job in queued if job.items]
             if extra:
-                commands.append(["HSET", keys.chunks(self._name), *sum(extra, ())])
+                commands.append(["HSET", keys.chunks(name), *sum(extra, ())])
             ids = [job.execution_id for job in queued]
             push = ["LPUSH", queue_key, *reversed(ids)] if at_front else ["RPUSH", queue_key, *ids]
             commands.append(push)
@@ -336,7 +414,8 @@ class JobQueue:
             if gone:
                 pipe.delete(*(keys.rq_job(job) for job in gone))
             # Not in its queue: it waits no more (even one whose worker died as it popped it).
-            pipe.hdel(keys.chunks(self._name), *unique)
+            for job, queue in zip(unique, origins, strict=True):
+                pipe.hdel(keys.chunks(queue), job)
             pipe.execute()
         return [removed[job] for job in jobs]
 
@@ -417,7 +496,7 @@ class JobQueue:
                 if not all(member in wanted for member, _ in members):
                     continue
                 queue = origin.decode() if origin else self._name
-                script_keys = [keys.rq_queue(queue), keys.rq_job(job), keys.chunks(self._name)]
+                script_keys = [keys.rq_queue(queue), keys.rq_job(job), keys.chunks(queue)]
                 argv: list[Any] = [job, self._result_ttl_s]
                 for member, payload in members:
                     queue_time = time.time() - payload.admitted_at
@@ -452,8 +531,13 @@ class JobQueue:
         if execution_ids:
             jobs = list(dict.fromkeys(job_of(execution_id) for execution_id in execution_ids))
             with self._redis.pipeline(transaction=False) as pipe:
+                for job in jobs:
+                    pipe.hget(keys.rq_job(job), "origin")
+                origins = [q.decode() if q else self._name for q in pipe.execute()]
+            with self._redis.pipeline(transaction=False) as pipe:
                 pipe.delete(*(keys.rq_job(job) for job in jobs))
-                pipe.hdel(keys.chunks(self._name), *jobs)
+                for job, queue in zip(jobs, origins, strict=True):
+                    pipe.hdel(keys.chunks(queue), job)
                 pipe.execute()
 
     def inspect(self, execution_ids: Sequence[str], alive_since: float) -> list[JobState]:
@@ -621,19 +705,78 @@ class LeanWorker(SimpleWorker):
         queue_name: str,
         result_ttl_s: int,
         own_queue: str | None = None,
+        tenant_weights: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        queues = [own_queue, queue_name] if own_queue else [queue_name]
-        super().__init__(queues, serializer=JSONSerializer, queue_class=LeanQueue, **kwargs)
-        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
-        self._uses_intermediate_list = len(queues) == 1
-        self._handler = handler
+        self._own_queue = own_queue
         self._queue_name = queue_name
+        # Fixed weights (tests, scripts) or those the API publishes, re-read while idle.
+        self._follows_published = tenant_weights is None
+        weights = dict(tenant_weights or {})
+        if self._follows_published:
+            with contextlib.suppress(redis.RedisError):
+                weights = read_tenant_weights(kwargs["connection"], queue_name)
+        self._weights = weights or {"default": 1.0}
+        self._tenants_read_at = time.monotonic()
+        super().__init__(
+            self._queue_names(), serializer=JSONSerializer, queue_class=LeanQueue, **kwargs
+        )
+        self._fair = FairOrder(self._shares())
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
+        self._dequeued_from_one = len(self.queues) == 1
+        self._handler = handler
         self._result_ttl_s = result_ttl_s
         self._suspension_checked_at = 0.0
         self._heartbeat_at = 0.0
         self._prepare_script = self.connection.register_script(PREPARE_SCRIPT)
         self._deliver_script = self.connection.register_script(DELIVER_SCRIPT)
+
+    def _shares(self) -> dict[str, float]:
+        shares = {keys.tenant_queue(self._queue_name, t): w for t, w in self._weights.items()}
+        if self._own_queue:
+            shares = {self._own_queue: sum(self._weights.values()), **shares}
+        return shares
+
+    def _queue_names(self) -> list[str]:
+        return list(self._shares())
+
+    @property
+    def dequeue_timeout(self) -> int:
+        """Seconds one blocking dequeue waits: short, so that an idle worker picks up a new
+        tenant's queue soon after an API publishes it."""
+        return math.ceil(TENANTS_REFRESH_S)
+
+    def _refresh_tenants(self) -> None:
+        """Re-read the published tenants (every TENANTS_REFRESH_S) and listen to their queues."""
+        now = time.monotonic()
+        if not self._follows_published or now - self._tenants_read_at < TENANTS_REFRESH_S:
+            return
+        self._tenants_read_at = now
+        weights = read_tenant_weights(self.connection, self._queue_name)
+        if not weights or weights == self._weights:
+            return  # nothing published (Redis restarted): keep serving what we know
+        self._weights = weights
+        self._fair = FairOrder(self._shares())
+        self.queues = [
+            self._queue_by_name.get(name)
+            or self.queue_class(
+                name=name,
+                connection=self.connection,
+                job_class=self.job_class,
+                serializer=self.serializer,
+            )
+            for name in self._queue_names()
+        ]
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
+        log.info("worker serves tenants", extra=fields(worker=self.name, tenants=weights))
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """After a job from `reference_queue`: the queues in fair-share order (module doc)."""
+        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
+        self._dequeued_from_one = len(self._ordered_queues) == 1
+        self._fair.served(reference_queue.name)
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
 
     # RQ calls these several times per job, each a round trip; rate-limit them.
     def set_state(self, state: str, pipeline: Any = None) -> None:
@@ -642,6 +785,8 @@ class LeanWorker(SimpleWorker):
             super().set_state(state, pipeline=pipeline)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        if pipeline is None and self._state == WorkerStatus.IDLE:
+            self._refresh_tenants()  # RQ beats before each blocking dequeue
         now = time.monotonic()
         if (
             pipeline is None
@@ -677,6 +822,7 @@ class LeanWorker(SimpleWorker):
             reply_to = JobPayload.reply_to_of(job.args[0])
             chunk = chunk_from_wire(job.args[0])
             if chunk is not None:
+                self._charge_chunk(queue, len(chunk))
                 self._run_chunk(job, chunk, reply_to, first_cancelled)
                 return
             payload = JobPayload.from_wire(job.args[0])
@@ -702,6 +848,12 @@ class LeanWorker(SimpleWorker):
                 self._deliver(job, reply_to, error, group)
         finally:
             self._state = WorkerStatus.IDLE
+
+    def _charge_chunk(self, queue: Queue, calls: int) -> None:
+        """Fair share counts calls: a chunk's calls beyond its first (reorder_queues charged
+        the job) move its queue back in the order for the next dequeue."""
+        self._fair.served_more(queue.name, calls - 1)
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
 
     def _run_chunk(
         self, job: Job, chunk: list[tuple[JobPayload, float]], reply_to: str, cancelled: str
@@ -746,9 +898,9 @@ class LeanWorker(SimpleWorker):
         record = self.connection.pipeline(transaction=False)
         try:
             job.prepare_for_execution(self.name, pipeline=record)
-            if self._uses_intermediate_list:
+            if self._dequeued_from_one:
                 record.lrem(queue.intermediate_queue_key, 1, job.id)
-            record.hdel(keys.chunks(self._queue_name), job.id)
+            record.hdel(keys.chunks(queue.name), job.id)
             argv: list[Any] = []
             for args, _ in record.command_stack:
                 argv.append(len(args))
@@ -802,10 +954,12 @@ def work(
     handler: JobHandler,
     result_ttl_s: int,
     own_queue: str | None = None,
+    tenant_weights: Mapping[str, float] | None = None,
 ) -> None:
     """Run the worker loop until SIGTERM/SIGINT; rides out Redis outages with backoff.
 
-    `own_queue`: this worker's own queue (session cells), served in turn with the shared one.
+    `own_queue`: this worker's own queue (session cells), served in turn with the shared ones;
+    `tenant_weights`: the tenants whose shared queues it serves, by weight (None: "default").
     """
     backoff_s = 0.5
     while True:
@@ -817,14 +971,14 @@ def work(
             queue_name,
             result_ttl_s,
             own_queue,
+            tenant_weights,
             connection=connection,
             name=worker_name,
             worker_ttl=WORKER_TTL_S,
         )
         started = time.monotonic()
         try:
-            # Round robin: after a job from one queue the other is tried first, so that neither
-            # session cells nor stateless calls can starve the other on a busy worker.
+            # Fair share (reorder_queues): no queue starves another on a busy worker.
             worker.work(
                 logging_level=None,
                 max_idle_time=None,

@@ -78,6 +78,7 @@ class JobRunner:
         tally: Tally | None = None,
     ) -> None:
         self._limits = settings.limits()
+        self._compile_timeout_s = settings.cpp_compile_timeout_s
         self._make_executor = make_executor
         self._executor: JailExecutor | None = None
         self._sessions = sessions
@@ -176,8 +177,19 @@ class JobRunner:
         try:
             spec = job.to_spec(execution_id, self._limits)
             self.warm_up()
-            assert self._executor is not None
-            return self._executor.run(spec, cancel)
+            executor = self._executor
+            assert executor is not None
+            if job.language == "cpp":
+                from sandbox_service.jail import cpp
+
+                return cpp.run_cpp(
+                    spec,
+                    lambda step: executor.run(step, cancel),
+                    cpp.default_cache(),
+                    job.tenant,
+                    self._compile_timeout_s,
+                )
+            return executor.run(spec, cancel)
         except Exception as exc:  # the executor failed, not the program: reset the slot
             log.exception("executor failed", extra=fields(execution_id=execution_id))
             self.reset()
@@ -371,7 +383,12 @@ def run(settings: Settings, slot: int) -> int:
     log.info("worker ready", extra=fields(worker=name, slot=slot, mode=settings.executor_mode))
     try:
         jobqueue.work(
-            connection, settings.queue_name, name, runner, settings.result_ttl_s, own_queue
+            connection,
+            settings.queue_name,
+            name,
+            runner,
+            settings.result_ttl_s,
+            own_queue,
         )
     finally:
         watcher.stop()

@@ -10,9 +10,11 @@ see which calls shared a job; a call run again after its worker died gets a new,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,3 +218,44 @@ def test_a_waiting_chunk_counts_each_of_its_calls_against_the_bound(
     assert depth == 6
     assert queue.withdraw(["c5.3"]) == [True]  # a call withdraws its whole chunk
     assert redis_client.eval(jobqueue.DEPTH_SCRIPT, 2, *script_keys) == 1
+
+
+def test_a_tenants_waiting_chunk_counts_each_call_in_its_share_and_in_flight(
+    redis_client: redis.Redis,
+) -> None:
+    # No workers: what is admitted waits on the tenant's queue, whose share is 6 calls, with
+    # at most 7 calls in flight; the queue's own bound (100) is not what refuses.
+    name = f"chunk-tenant-{uuid.uuid4().hex[:8]}"
+    queue = JobQueue(redis_client, name, result_ttl_s=60)
+    settings = Settings(redis_url="redis://unused")
+    tenant_queue = keys.tenant_queue(name, "alpha")
+    bounds = jobqueue.GroupBounds(
+        tenant_queue=tenant_queue,
+        queue_share=6,
+        in_flight_key=keys.in_flight(name, "alpha"),
+        max_in_flight=7,
+        expires_at=time.time() + 60,
+    )
+
+    def chunk(chunk_id: str, calls: int) -> NewJob:
+        job = NewJob.chunk(chunk_id, [JobPayload(code=str(i)) for i in range(calls)], settings)
+        return dataclasses.replace(job, queue=tenant_queue)
+
+    def admit(*groups: list[NewJob]) -> list[int]:
+        script_keys, argv = queue.admission(groups, 100, [bounds] * len(groups), [tenant_queue])
+        return list(redis_client.eval(jobqueue.ADMIT_SCRIPT, len(script_keys), *script_keys, *argv))
+
+    assert admit([chunk("c5", 5)], [chunk("c2", 2)]) == [
+        jobqueue.ADMITTED,
+        jobqueue.TENANT_QUEUE_FULL,  # 5 + 2 calls > the share of 6 (2 jobs would fit)
+    ]
+    assert redis_client.llen(keys.rq_queue(tenant_queue)) == 1  # one job for five calls
+    in_flight = {m.decode() for m in redis_client.zrange(keys.in_flight(name, "alpha"), 0, -1)}
+    assert in_flight == {f"c5.{i}" for i in range(5)}
+    script_keys, _ = queue.admission([], 100, [], [tenant_queue])
+    assert redis_client.eval(jobqueue.DEPTH_SCRIPT, len(script_keys), *script_keys) == 5
+    # The share is free again once the chunk is withdrawn; the in-flight calls still count.
+    assert queue.withdraw(["c5.0"], [tenant_queue]) == [True]
+    assert redis_client.eval(jobqueue.DEPTH_SCRIPT, len(script_keys), *script_keys) == 0
+    assert admit([chunk("c3", 3)]) == [jobqueue.IN_FLIGHT_QUOTA]  # 5 + 3 > 7 in flight
+    assert admit([chunk("c2b", 2)]) == [jobqueue.ADMITTED]

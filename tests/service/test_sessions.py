@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.local.redis_server import RedisServer
+from sandbox_service.tenancy import DEFAULT_TENANT, scoped
 from tests.service.stack import Stack, stack_env
 from tests.service.test_reliability import (
     FAST_DETECTION,
@@ -38,8 +40,13 @@ async def cell(
     return result
 
 
+def internal(session_id: str) -> str:
+    """The id under which the service keeps a session of a server without tenants."""
+    return scoped(DEFAULT_TENANT, session_id)
+
+
 def owner(client: redis.Redis, queue: str, session_id: str) -> str:
-    name = client.hget(keys.session(queue, session_id), "owner")
+    name = client.hget(keys.session(queue, internal(session_id)), "owner")
     assert name is not None, "the session has no owner"
     return str(name.decode())
 
@@ -87,7 +94,7 @@ async def test_cells_of_one_session_run_in_order(
         cell(client, sid, "import time\ntime.sleep(0.5)\nv = 'first'\nprint('slow done')")
     )
     for _ in range(400):
-        if redis_client.exists(keys.session(stack.queue, sid)):
+        if redis_client.exists(keys.session(stack.queue, internal(sid))):
             break  # admitted (its owner is claimed): a cell sent now is queued behind it
         await asyncio.sleep(0.01)
     follow = await cell(client, sid, "v")
@@ -101,10 +108,10 @@ async def test_delete_ends_the_session_and_forgets_it(
     sid = new_session()
     await cell(client, sid, "kept = 1")
     await cell(client, sid, "kept += 1")
-    assert redis_client.llen(keys.session_cells(stack.queue, sid)) == 2
+    assert redis_client.llen(keys.session_cells(stack.queue, internal(sid))) == 2
     assert (await client.delete(f"/sessions/{sid}")).status_code == 204
-    assert not redis_client.exists(keys.session(stack.queue, sid))
-    assert not redis_client.exists(keys.session_cells(stack.queue, sid))
+    assert not redis_client.exists(keys.session(stack.queue, internal(sid)))
+    assert not redis_client.exists(keys.session_cells(stack.queue, internal(sid)))
     gone = await client.delete(f"/sessions/{sid}")
     assert gone.status_code == 404 and sid in gone.json()["detail"]
     fresh = await cell(client, sid, "kept")
@@ -131,6 +138,24 @@ async def test_timeout_or_crash_restarts_the_interpreter_with_a_clear_status(
     assert (again["stdout"], again["restored"]) == ("30\n", True)
     steady = await cell(client, sid, "counter")
     assert (steady["stdout"], steady["restored"]) == ("15\n", False)
+
+
+async def test_a_replay_its_own_cell_breaks_is_the_sessions_error_not_ours(
+    client: httpx.AsyncClient,
+) -> None:
+    # A recorded cell that behaves otherwise when replayed (here: after a deadline) ends the
+    # rebuilt interpreter: the session's own doing, so `error` with restored, never a
+    # sandbox_error that a trainer would retry.
+    sid = new_session()
+    deadline = time.time() + 1.0
+    recorded = f"import os, time\nif time.time() > {deadline}:\n    os._exit(3)\nx = 1"
+    assert (await cell(client, sid, recorded))["status"] == "ok"
+    crash = await cell(client, sid, "import os\nos._exit(4)")
+    assert crash["status"] == "error"
+    await asyncio.sleep(max(0.0, deadline - time.time()) + 0.2)
+    back = await cell(client, sid, "print(x)")
+    assert (back["status"], back["restored"]) == ("error", True), back
+    assert "replayed" in str(back["stderr"])
 
 
 # --- a stack with one live session per worker, whose worker deaths are noticed quickly ----------
@@ -235,13 +260,15 @@ async def test_idle_sessions_expire(ttl_stack: Stack, redis_client: redis.Redis)
     async with httpx.AsyncClient(base_url=ttl_stack.url, timeout=60) as http:
         assert (await cell(http, sid, "x = 1\nx"))["stdout"] == "1\n"
         for _ in range(200):
-            expired_here = f'"sessions": ["{sid}"]' in ttl_stack.log_path.read_text()
-            if expired_here and not redis_client.exists(keys.session(ttl_stack.queue, sid)):
+            expired_here = f'"sessions": ["{internal(sid)}"]' in ttl_stack.log_path.read_text()
+            if expired_here and not redis_client.exists(
+                keys.session(ttl_stack.queue, internal(sid))
+            ):
                 break
             await asyncio.sleep(0.1)
         else:
             raise AssertionError("the idle session did not expire")
-        assert not redis_client.exists(keys.session_cells(ttl_stack.queue, sid))
+        assert not redis_client.exists(keys.session_cells(ttl_stack.queue, internal(sid)))
         fresh = await cell(http, sid, "x")
     assert fresh["status"] == "error" and "NameError" in str(fresh["stderr"])
     assert fresh["restored"] is False

@@ -1,8 +1,11 @@
 """Rewards graded by the service (POST /verify) in the shapes trainers call them.
 
 - verl's `custom_reward_function`: `compute_score` (one sample, async: verl's reward loop runs
-  many at once, and they are coalesced here into few POSTs) and `compute_score_batch` (verl's
-  `batch` reward manager: the whole batch, sync, one call).
+  a batch's samples at once through its reward manager, and they are coalesced here into few
+  POSTs). verl's reward loop has no `batch` reward manager any more (0.9: naive, dapo, remote,
+  gdpo, each calling one sample at a time), so this is the batched path there.
+- `compute_score_batch`: the whole batch, sync, one call; for a caller with a batch in hand
+  (a script, or an older verl whose legacy `batch` reward manager calls it).
 - Any trainer: `grade_responses` / `grade_responses_sync`.
 - TRL's reward_funcs: `grade_or_none`, None for a sample that has no reward (TRL's documented
   "not applicable" value): its answer could not be judged, or a tool call of its rollout met an
@@ -254,7 +257,7 @@ def compute_score_batch(
     verify_timeout_s: float = 5.0,
     **_: Any,
 ) -> list[float]:
-    """verl's custom reward function for its `batch` reward manager: every sample, one call."""
+    """Every sample, one call (sync); the signature of verl's legacy `batch` reward manager."""
     return grade_responses_sync(
         solution_strs,
         ground_truths,

@@ -17,6 +17,8 @@ and an ExecuteResult becomes a SubmissionResult:
     deadline_exc.   false        false                           internal_error  null
     type `math`     false        false                           internal_error  null
     (cannot run)    false        false                           invalid_input   stderr says why
+    cpp, compile    false        false                           ""              stderr: g++'s
+    error                                                                        messages, cost 0
 
 `success` compares stripped stdout with stripped `expected_output` when one is given, as
 code-judge does. Output is cut to code-judge's MAX_STDOUT_ERROR_LENGTH after the comparison, so
@@ -32,7 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sandbox_service.api.validation import check_request
 from sandbox_service.execution import Status
@@ -42,8 +44,8 @@ from trainer_client.wire import ExecuteRequest, ExecuteResult, validate_text
 MAX_OUTPUT_CHARS = 1000
 """code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""
 
-RUNNABLE_TYPES = ("python",)
-"""Submission types this server runs; `cpp` gets `invalid_input`."""
+RUNNABLE_TYPES = ("python", "cpp")
+"""Submission types this server runs (`cpp`: g++ -O2 in the jail, as code-judge compiles)."""
 
 FAILING_TYPES = ("math",)
 """Types code-judge's schema accepts but its workers fail on (`internal_error`, cost 0)."""
@@ -60,6 +62,8 @@ Reason = Literal["", "worker_timeout", "queue_timeout", "internal_error", "inval
 
 class Submission(BaseModel):
     """One program (code-judge's `Submission`); `input` is its stdin."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # unknown fields ignored, as in code-judge
 
     sub_id: str | None = None
     type: Literal["python", "cpp", "math"]
@@ -106,6 +110,8 @@ class JudgeResult(BaseModel):
 
 class BatchSubmission(BaseModel):
     """Several submissions (code-judge's `BatchSubmission`)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     sub_id: str | None = None
     type: Literal["batch"] = "batch"
@@ -161,6 +167,7 @@ def plan(submission: Submission, settings: Settings) -> Planned | SubmissionResu
     try:
         request = ExecuteRequest(
             code=submission.solution,
+            language=submission.type,
             stdin=submission.input or "",
             timeout=min(settings.codejudge_timeout_s, settings.max_timeout),
             memory_mb=min(settings.codejudge_memory_mb, settings.max_memory_mb),
