@@ -84,6 +84,32 @@ async def test_a_batch_larger_than_the_workers_answers_in_order_from_few_jobs(
     assert len({r["id"] for r in results}) == 16
 
 
+CPP_ECHO = "#include <iostream>\nint main() { std::string s; std::cin >> s; std::cout << s; }\n"
+
+
+async def test_cpp_calls_in_a_chunk_compile_and_run_each_with_its_own_input(
+    chunk_stack: Stack, redis_client: redis.Redis
+) -> None:
+    await wait_workers(redis_client, chunk_stack.queue, 2)
+    await asyncio.sleep(1.1)  # the API's count of live workers is at most a second old
+    # Even calls are C++ reading their stdin, odd ones Python: 4 chunks of 2, each mixed.
+    requests = [
+        {"code": CPP_ECHO, "language": "cpp", "stdin": f"cpp{i}"}
+        if i % 2 == 0
+        else {"code": f"print({i})"}
+        for i in range(8)
+    ]
+    async with httpx.AsyncClient(base_url=chunk_stack.url, timeout=120) as http:
+        response = await http.post("/execute/batch", json={"requests": requests})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    expected = [f"cpp{i}" if i % 2 == 0 else f"{i}\n" for i in range(8)]
+    assert [(r["status"], r["stdout"]) for r in results] == [("ok", out) for out in expected]
+    assert all(chunk_of(r) is not None for r in results), results
+    assert all(r["compile"]["status"] == "ok" for r in results[::2]), results
+    assert all(r["compile"] is None for r in results[1::2]), results
+
+
 async def test_a_worker_killed_mid_chunk_leaves_every_call_answered_with_its_own_output(
     chunk_stack: Stack, redis_client: redis.Redis
 ) -> None:
