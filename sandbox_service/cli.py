@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch", type=int, default=1, help="calls per request (>1: /execute/batch)"
     )
     bench.add_argument(
+        "--compare-batch",
+        type=int,
+        default=0,
+        help="also measure each point with this many calls per request; compare CPU per call",
+    )
+    bench.add_argument(
         "--no-baseline", action="store_true", help="skip the fresh-interpreter baselines"
     )
     bench.add_argument(

@@ -2,9 +2,10 @@
 (pure: stride scheduling over queue names).
 
 A worker dequeues from the first non-empty queue of its list (RQ's BLPOP over several queues).
-After each job, the queue it came from advances its `pass` by 1 / weight, and the list is sorted
-by pass: a queue that has been served less than its weight entitles it comes first. With every
-queue backlogged, each worker (so the cluster) serves tenant t a fraction weight_t / sum(weights).
+After each job, the queue it came from advances its `pass` by 1 / weight per call it carries (a
+chunk carries several), and the list is sorted by pass: a queue that has been served less than
+its weight entitles it comes first. With every queue backlogged, each worker (so the cluster)
+serves tenant t a fraction weight_t / sum(weights) of the calls.
 
 A queue that was empty meanwhile does not bank credit: when it is served again its pass starts
 from the pass of the last queue served, so a light tenant is served at once when its call
@@ -39,3 +40,9 @@ class FairOrder:
         start = max(self._pass[name], self._last_pass)
         self._last_pass = start
         self._pass[name] = start + self._stride[name]
+
+    def served_more(self, name: str, calls: int) -> None:
+        """The job just taken from `name` carries `calls` calls beyond its first (a chunk):
+        they are charged as served too, so that tenants share by calls, not by jobs."""
+        if name in self._pass and calls > 0:
+            self._pass[name] += calls * self._stride[name]

@@ -170,6 +170,36 @@ class JobPayload:
         )
 
 
+CHUNK_SEP = "."
+"""Separates a chunk's job id from an item's index in the item's execution id (job ids are hex)."""
+
+
+def item_id(chunk_id: str, index: int) -> str:
+    """The execution id of item `index` of the chunk job `chunk_id`."""
+    return f"{chunk_id}{CHUNK_SEP}{index}"
+
+
+def job_of(execution_id: str) -> str:
+    """The RQ job that carries an execution: its chunk's job, or itself."""
+    return execution_id.partition(CHUNK_SEP)[0]
+
+
+def chunk_to_wire(items: tuple[JobPayload, ...], budgets_s: tuple[float, ...]) -> dict[str, Any]:
+    """The JSON-ready dict of a chunk job: several calls run in turn by one worker, each with
+    its own worker budget (seconds); `re` lets even an undecodable chunk be answered."""
+    return {"k": [item.to_wire() for item in items], "b": list(budgets_s), "re": items[0].reply_to}
+
+
+def chunk_from_wire(wire: object) -> list[tuple[JobPayload, float]] | None:
+    """(payload, budget) of each item of a chunk's wire dict, or None when it is not a chunk."""
+    if not isinstance(wire, dict) or "k" not in wire:
+        return None
+    return [
+        (JobPayload.from_wire(item), float(budget))
+        for item, budget in zip(wire["k"], wire["b"], strict=True)
+    ]
+
+
 WIRE_NAMES = {"execution_id": "id"}
 """ExecutionResult fields whose ExecuteResult name differs; every other field keeps its name."""
 INTERNAL_FIELDS = ("ended",)

@@ -20,6 +20,7 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:group:<g>` | set: group's unanswered ids, `-` | API, workers | any API | group TTL |
 | `<queue>:gsessions:<g>` | set: sessions of group `<g>` | API | any API (cancel) | group TTL |
 | `rq:queue:<queue>:t:<tenant>` | list: a tenant's shared queue | API | workers | dequeued |
+| `rq:queue:<q>:chunks` | hash: waiting chunk job -> calls - 1 | API | workers, API | dequeued |
 | `<queue>:tenants` | hash: tenant -> weight | API (start, every 10 s) | workers | none |
 | `<queue>:in-flight:<tenant>` | zset: execution id -> give-up time | API | API | pruned |
 | `<queue>:sessions-of:<tenant>` | zset: session id -> expiry | API | API | pruned |
@@ -32,6 +33,11 @@ so a deployment without a tenants file has the keys it always had. The two tenan
 for tenants with a quota; their members carry the time they stop counting, so that an API replica
 that dies with calls in flight leaks nothing past that time.
 
+A chunk is one RQ job that carries several calls of a batch (`<xid>` of its item i:
+`<chunk>.<i>`, so that its job is found from any of them). It waits in its tenant's shared queue
+`<q>` (`<queue>` or `<queue>:t:<tenant>`), whose `rq:queue:<q>:chunks` lets the admission bound
+and the tenant's share count its calls while it waits (named after the queue's list, so that the
+admission script finds it from that key).
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
 since the session's last use. `<g>` is a group's internal id (`tenancy.scoped`: the tenant's name,
@@ -123,6 +129,12 @@ def group_sessions(queue: str, group_id: str) -> str:
 def worker_stats(queue: str, worker: str) -> str:
     """One worker's own counters (JSON), refreshed with its heartbeat, read by `/metrics`."""
     return f"{queue}:stats:{worker}"
+
+
+def chunks(queue: str) -> str:
+    """Hash of the chunk jobs waiting in shared queue `queue` (RQ name, a tenant's):
+    job id -> its calls beyond the first."""
+    return f"{rq_queue(queue)}:chunks"
 
 
 def tenant_queue(queue: str, tenant: str) -> str:

@@ -7,7 +7,9 @@ one, as `rl-sandbox worker` does (RQ's BLPOP path). Prints the worker's CPU per 
 --profile the functions that take it (cProfile with a CPU clock), grouped as RQ's loop
 (dequeue, job fetch, registries), our prepare and deliver pipelines, and the rest.
 
-    .venv/bin/python scripts/profile_worker.py [--jobs 3000] [--profile]
+    .venv/bin/python scripts/profile_worker.py [--jobs 3000] [--chunk 32] [--profile]
+
+--chunk N: the calls travel N to a job, as a batch's chunks do (jobs then counts calls).
 
 Needs no jail and no lock: one process, one private Redis, nothing else.
 """
@@ -78,12 +80,18 @@ def _commands(connection: redis.Redis) -> int:
     return sum(int(entry["calls"]) for entry in stats.values())
 
 
-def enqueue_jobs(url: str, count: int) -> None:
+def enqueue_jobs(url: str, count: int, chunk: int = 1) -> None:
     """Enqueue `count` jobs (in a child process: the worker's CPU and instructions are its own,
     so that `valgrind --tool=callgrind` on this script counts the worker alone)."""
     queue = JobQueue(connect_worker(url), QUEUE, result_ttl_s=60)
     # A reply list, as the API gives every job (its notices pile up unread here).
     payload = JobPayload(code="print(1)", request_id="r", reply_to=f"{QUEUE}:reply")
+    if chunk > 1:
+        items, budgets = (payload,) * chunk, (30.0,) * chunk
+        chunks = [NewJob(uuid.uuid4().hex, payload, 30.0, items=items, item_budgets_s=budgets)
+                  for _ in range(count // chunk)]  # fmt: skip
+        queue.enqueue(chunks)
+        return
     for start in range(0, count, 500):
         batch = range(start, min(start + 500, count))
         queue.enqueue([NewJob(uuid.uuid4().hex, payload, 30.0) for _ in batch])
@@ -94,6 +102,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--chunk", type=int, default=1, help="calls per job (a batch's chunks)")
     parser.add_argument(
         "--dequeue-only", action="store_true", help="RQ's loop alone: jobs are popped, not run"
     )
@@ -102,7 +111,7 @@ def main() -> None:
     proc, url = start_redis(workdir)
     try:
         child = multiprocessing.get_context("fork").Process(
-            target=enqueue_jobs, args=(url, args.jobs)
+            target=enqueue_jobs, args=(url, args.jobs, args.chunk)
         )
         child.start()
         child.join()
@@ -119,7 +128,7 @@ def main() -> None:
             profiler.enable()
         # Not burst mode: RQ then dequeues with one BLPOP on both queues, as in production
         # (burst mode LPOPs each queue in turn).
-        worker.work(logging_level="WARNING", max_jobs=args.jobs, max_idle_time=5)
+        worker.work(logging_level="WARNING", max_jobs=args.jobs // args.chunk, max_idle_time=5)
         if profiler:
             profiler.disable()
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

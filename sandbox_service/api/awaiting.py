@@ -109,9 +109,16 @@ class Awaiter:
         self._max_check_every = 4 * settings.poll_interval_s
 
     def track(
-        self, execution_id: str, payload: JobPayload, queue: str = ""
+        self,
+        execution_id: str,
+        payload: JobPayload,
+        queue: str = "",
+        *,
+        behind_s: float = 0.0,
     ) -> asyncio.Future[ResultDict]:
-        """Register a job before it is enqueued (its notice may beat the enqueue's reply)."""
+        """Register a job before it is enqueued (its notice may beat the enqueue's reply).
+
+        `behind_s`: the budgets of the calls that run before it in its chunk (its wait grows)."""
         now = time.monotonic()
         future: asyncio.Future[ResultDict] = asyncio.get_running_loop().create_future()
         self.outstanding.add(
@@ -119,7 +126,7 @@ class Awaiter:
             Pending(
                 payload=payload,
                 future=future,
-                give_up_at=now + self._wait_s(payload),
+                give_up_at=now + self._wait_s(payload) + behind_s,
                 next_check=now + self._settings.poll_interval_s,
                 check_every=self._settings.poll_interval_s,
                 queue=queue,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from redis.exceptions import RedisError
 
 from sandbox_service import keys
 from sandbox_service.api.awaiting import Awaiter
+from sandbox_service.api.chunking import plan_chunks
 from sandbox_service.broker import jobqueue, quotas, worker_stats
 from sandbox_service.broker.held_connection import HeldConnection
 from sandbox_service.broker.jobqueue import GroupBounds, JobQueue, NewJob
@@ -48,7 +50,7 @@ from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.cancel import GROUP_CANCELLED
-from sandbox_service.jobs import JobPayload, ResultDict
+from sandbox_service.jobs import JobPayload, ResultDict, item_id
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
 from sandbox_service.tenancy import Tenant, tenant_var
@@ -57,6 +59,8 @@ log = logging.getLogger(__name__)
 
 ADMISSION_ROUND_MAX_JOBS = 8192
 """Most jobs one admission round enqueues (one script call)."""
+WORKERS_FRESH_S = 1.0
+"""How long the count of live workers that sizes a batch's chunks is reused."""
 BUILD_ON_LOOP_MAX_JOBS = 64
 """Rounds up to this many jobs build their enqueue commands on the event loop (11 to 16 us per job
 here, so under 1 ms of the loop; a thread hop costs about 0.1 ms of CPU); larger ones in a
@@ -135,6 +139,8 @@ class Dispatcher:
             asyncio.Queue()
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._workers_seen = 0
+        self._workers_seen_at = -math.inf
         tenants = settings.tenants()
         total_weight = sum(t.weight for t in tenants)
         self._bounds = {
@@ -217,26 +223,50 @@ class Dispatcher:
         tenant = tenant_var.get()
         admitted_at = time.time()
         bounds = self._bounds_of(tenant)
-        if bounds.in_flight_key:
-            wait_s = self.settings.api_wait_s(self.settings.max_timeout)
-            bounds = replace(bounds, expires_at=admitted_at + wait_s)
+        workers = await self._workers_for_chunks(len(payloads))
         new_sessions = await self._claim_sessions(tenant, payloads, admitted_at)
         start_by = admitted_at + self.settings.queue_deadline_s
-        jobs: list[NewJob] = []
-        futures: list[asyncio.Future[ResultDict]] = []
-        queue = "" if bounds.tenant_queue == self.settings.queue_name else bounds.tenant_queue
-        for payload in payloads:
-            execution_id = uuid.uuid4().hex
-            stamped = replace(
+        stamped = [
+            replace(
                 payload,
                 reply_to=self.awaiter_reply_key,
                 admitted_at=admitted_at,
                 start_by=min(start_by, payload.deadline) if payload.deadline else start_by,
             )
-            futures.append(self.awaiter.track(execution_id, stamped, queue))
-            job = NewJob.of(execution_id, stamped, self.settings)
-            jobs.append(replace(job, queue=queue) if queue else job)
-        execution_ids = [job.execution_id for job in jobs]
+            for payload in payloads
+        ]
+        # Stateless work (chunks included) waits on the tenant's shared queue.
+        queue = "" if bounds.tenant_queue == self.settings.queue_name else bounds.tenant_queue
+        jobs: list[NewJob] = []
+        slots: list[asyncio.Future[ResultDict] | None] = [None] * len(stamped)
+        execution_ids: list[str] = []
+        longest_behind_s = 0.0
+        for indices in plan_chunks(stamped, workers):
+            job_id = uuid.uuid4().hex
+            if len(indices) == 1:
+                (i,) = indices
+                slots[i] = self.awaiter.track(job_id, stamped[i], queue)
+                execution_ids.append(job_id)
+                job = NewJob.of(job_id, stamped[i], self.settings)
+                jobs.append(replace(job, queue=queue) if queue else job)
+                continue
+            # The chunk waits and is withdrawn as one: its calls share the latest start-by time,
+            # and a call's wait grows by the budgets of the calls before it in the chunk.
+            chunk_start_by = max(stamped[i].start_by for i in indices)
+            items = [replace(stamped[i], start_by=chunk_start_by) for i in indices]
+            before_s = 0.0
+            for k, (i, item) in enumerate(zip(indices, items, strict=True)):
+                slots[i] = self.awaiter.track(item_id(job_id, k), item, queue, behind_s=before_s)
+                execution_ids.append(item_id(job_id, k))
+                longest_behind_s = max(longest_behind_s, before_s)
+                before_s += item.worker_budget_s(self.settings)
+            chunk = NewJob.chunk(job_id, items, self.settings)
+            jobs.append(replace(chunk, queue=queue) if queue else chunk)
+        futures = [future for future in slots if future is not None]
+        if bounds.in_flight_key:
+            # Each call counts in flight until the latest a call of this request may wait.
+            wait_s = self.settings.api_wait_s(self.settings.max_timeout) + longest_behind_s
+            bounds = replace(bounds, expires_at=admitted_at + wait_s)
         admission = self._request_admission(jobs, bounds)
         try:
             verdict = await asyncio.shield(admission)
@@ -269,7 +299,7 @@ class Dispatcher:
         if verdict == jobqueue.TENANT_QUEUE_FULL:
             return Overloaded(
                 f"tenant {tenant.name!r} has its share of the queue waiting "
-                f"({bounds.queue_share} jobs)"
+                f"({bounds.queue_share} calls)"
             )
         if verdict == jobqueue.IN_FLIGHT_QUOTA:
             return Overloaded(
@@ -310,6 +340,19 @@ class Dispatcher:
             key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
             with contextlib.suppress(RedisError, OSError):
                 await quotas.forget_sessions(self.redis, key, session_ids)
+
+    async def _workers_for_chunks(self, calls: int) -> int:
+        """Live workers, to size a request's chunks (0: no chunks; a recent count is reused)."""
+        if calls <= 1:
+            return 0
+        now = time.monotonic()
+        if now - self._workers_seen_at > WORKERS_FRESH_S:
+            self._workers_seen_at = now
+            try:
+                self._workers_seen = await self.live_workers()
+            except (RedisError, OSError):
+                self._workers_seen = 0
+        return self._workers_seen
 
     def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> None:
         """Nobody waits for these any more (the client went away): drop the jobs not started,
@@ -524,7 +567,7 @@ class Dispatcher:
         return await worker_stats.read_live(self.redis, Liveness.of(self.settings))
 
     async def queue_depth(self) -> int:
-        """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""
+        """Calls waiting: in the shared queues and in the workers' own queues (session cells)."""
         queue = self.settings.queue_name
         depth = await self._depth_script(
             keys=[

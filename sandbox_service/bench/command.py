@@ -29,7 +29,7 @@ from sandbox_service.bench.baseline import Baseline, baselines
 from sandbox_service.bench.http import loopback_target
 from sandbox_service.bench.points import Point, baseline_point, service_point
 from sandbox_service.bench.procs import StackSampler
-from sandbox_service.bench.report import Progress, plot, ratios, table
+from sandbox_service.bench.report import Progress, batching, plot, ratios, table
 from sandbox_service.bench.workloads import WORKLOADS, Workload
 from sandbox_service.local.private import PrivateService
 
@@ -72,6 +72,10 @@ class BenchOptions:
     batch: int = 1
     """Calls per HTTP request: 1 posts /execute, more post /execute/batch (as trainer_client's
     micro-batching does); latencies are then those of whole batches."""
+    compare_batch: int = 0
+    """More than 1: each service point is measured again right after with this many calls per
+    request, and the report compares the service path's CPU per call (API, workers, Redis:
+    everything but the jail's own run) single against batched (report.batching)."""
     progress: bool = True
 
 
@@ -95,26 +99,27 @@ async def measure(
             service_point(warmup, host, port, workload, 0.0, 0, options.timeout_s),
         )
         for concurrency in options.concurrency:
-            point = Point("service", name, concurrency, options.batch)
-            if sampler is not None:
-                sampler.start()
-            await progress.track(
-                f"service {name} c={concurrency}",
-                point,
-                service_point(
+            for batch in _batches(options):
+                point = Point("service", name, concurrency, batch)
+                if sampler is not None:
+                    sampler.start()
+                await progress.track(
+                    f"service {name} c={concurrency} batch={batch}",
                     point,
-                    host,
-                    port,
-                    workload,
-                    options.point_s,
-                    options.max_calls,
-                    options.timeout_s,
-                ),
-            )
-            if sampler is not None:
-                calls = len(point.latencies_s) * point.batch
-                point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
-            points.append(_stamped(point))
+                    service_point(
+                        point,
+                        host,
+                        port,
+                        workload,
+                        options.point_s,
+                        options.max_calls,
+                        options.timeout_s,
+                    ),
+                )
+                if sampler is not None:
+                    calls = len(point.latencies_s) * point.batch
+                    point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
+                points.append(_stamped(point))
         usable = _usable(fair, workload)
         for baseline in usable:
             for concurrency in sorted({1, cores}):
@@ -128,6 +133,12 @@ async def measure(
         if usable:
             points += await _ratio_rounds(host, port, workload, usable, points, options, progress)
     return points
+
+
+def _batches(options: BenchOptions) -> tuple[int, ...]:
+    if options.compare_batch > 1 and options.compare_batch != options.batch:
+        return (options.batch, options.compare_batch)
+    return (options.batch,)
 
 
 def _usable(fair: tuple[Baseline, ...], workload: Workload) -> tuple[Baseline, ...]:
@@ -192,7 +203,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     _raise_open_files(2 * max(options.concurrency) + 256)
     stack: PrivateService | None = None
     sampler: StackSampler | None = None
-    total = len(options.workloads) * (1 + len(options.concurrency))
+    total = len(options.workloads) * (1 + len(options.concurrency) * len(_batches(options)))
     if options.baseline:
         for name in options.workloads:
             kinds = 2 if WORKLOADS[name].stdlib_only else 1
@@ -231,6 +242,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
         "options": {k: v for k, v in asdict(options).items() if k != "progress"},
         "points": rows,
         "ratios": ratios(rows),
+        "batching": batching(rows),
     }
     text = json.dumps(report, indent=1)
     report = json.loads(text)  # the report as its readers see it (lists, not tuples)
@@ -271,6 +283,7 @@ def bench_command(args: Any) -> int:
         url=args.url,
         workers=args.workers,
         batch=args.batch,
+        compare_batch=args.compare_batch,
         progress=not args.no_progress,
     )
     out_dir = Path(args.out)

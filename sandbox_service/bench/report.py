@@ -157,6 +157,50 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
     return out
 
 
+SERVICE_PATH = ("api", "workers", "redis")
+"""The components of the service's own path: everything a call costs but its jail's run."""
+
+
+def batching(rows: Sequence[Row]) -> list[Row]:
+    """For each service point measured single and batched (BenchOptions.compare_batch): the
+    service path's CPU per call in both and the batched one's share of the single one.
+
+    `merged`: a jail ended during one of the points, so its CPU counts with the workers there
+    (procs.py) and the service path reads high."""
+    out: list[Row] = []
+    service = [r for r in rows if r["target"] == "service"]
+    for single in (r for r in service if r["batch"] == 1):
+        for batched in service:
+            same = (batched["workload"], batched["concurrency"])
+            if batched["batch"] == 1 or same != (single["workload"], single["concurrency"]):
+                continue
+            paths = [_service_path_ms(r) for r in (single, batched)]
+            if None in paths or not paths[0]:
+                continue
+            single_ms, batched_ms = float(paths[0] or 0.0), float(paths[1] or 0.0)
+            out.append(
+                {
+                    "workload": single["workload"],
+                    "concurrency": single["concurrency"],
+                    "batch": batched["batch"],
+                    "single_ms": round(single_ms, 3),
+                    "batched_ms": round(batched_ms, 3),
+                    "batched_share": round(batched_ms / single_ms, 3),
+                    "single_parts": {k: single["cpu_ms_per_call"].get(k) for k in SERVICE_PATH},
+                    "batched_parts": {k: batched["cpu_ms_per_call"].get(k) for k in SERVICE_PATH},
+                    "merged": any("jail" not in r["cpu_ms_per_call"] for r in (single, batched)),
+                }
+            )
+    return out
+
+
+def _service_path_ms(row: Row) -> float | None:
+    cpu = row.get("cpu_ms_per_call") or {}
+    if not all(k in cpu for k in SERVICE_PATH):
+        return None
+    return sum(float(cpu[k]) for k in SERVICE_PATH)
+
+
 def _cpu_per_call(row: Row) -> float | None:
     cpu = row.get("cpu_ms_per_call") or {}
     if "total" not in cpu:
@@ -210,6 +254,23 @@ def table(report: Row) -> str:
             f"{q['throughput_ratio']}x | {rounds_text} | {cpu_text} | "
             f"{q.get('service_p50_ms_c1', '')} | {q.get('baseline_p50_ms_c1', '')} |"
         )
+    if report.get("batching"):
+        lines += [
+            "",
+            "| workload | concurrency | batch | service path CPU ms/call single (api/workers/redis)"
+            " | batched (api/workers/redis) | batched / single |",
+            "|---|---|---|---|---|---|",
+        ]
+        for b in report["batching"]:
+            single, batched = (
+                "/".join(f"{b[side][k]:.2f}" for k in SERVICE_PATH)
+                for side in ("single_parts", "batched_parts")
+            )
+            merged = " (a jail ended: workers include it)" if b["merged"] else ""
+            lines.append(
+                f"| {b['workload']} | {b['concurrency']} | {b['batch']} | {b['single_ms']} "
+                f"({single}) | {b['batched_ms']} ({batched}) | {b['batched_share']}{merged} |"
+            )
     failures = [r for r in report["points"] if r["failed"]]
     for r in failures:
         lines.append(

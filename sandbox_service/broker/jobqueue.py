@@ -7,9 +7,9 @@ queue (session cells go to the worker that holds the session, see session_store.
 tenants file each tenant has its own shared queue (keys.tenant_queue); the API publishes the
 tenants and weights in Redis (keys.tenants) and idle workers re-read them every few seconds, so
 workers never hold the keys. A worker listens on its own queue and every tenant's queue with
-RQ's multi-queue BLPOP (the first non-empty queue of its
-list wins) and, after each job, reorders that list by fair_share.FairOrder: tenants in proportion
-to their weights, its own queue (session cells) as much as all tenants together, so neither
+RQ's multi-queue BLPOP (the first non-empty queue of its list wins) and, after each job, reorders
+that list by fair_share.FairOrder: tenants in proportion to their weights (in calls: each call of
+a chunk counts), its own queue (session cells) as much as all tenants together, so neither
 session cells nor stateless calls starve the other. One tenant, no own queue traffic: RQ's
 round robin, as before.
 RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
@@ -41,7 +41,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -62,9 +62,13 @@ from sandbox_service.fair_share import FairOrder
 from sandbox_service.jobs import (
     JobPayload,
     ResultDict,
+    chunk_from_wire,
+    chunk_to_wire,
     encode_notice,
     encode_result,
     failure_result,
+    item_id,
+    job_of,
 )
 from sandbox_service.logs import fields
 from sandbox_service.tenancy import TENANT_NAME
@@ -87,11 +91,33 @@ class NewJob:
     budget_s: float
     queue: str = ""
     """RQ queue name to enqueue on (a worker's own queue); empty: the shared queue."""
+    items: tuple[JobPayload, ...] = ()
+    """A chunk: these calls (`payload` is the first), run in turn by one worker; item i's
+    execution id is jobs.item_id(execution_id, i)."""
+    item_budgets_s: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, execution_id: str, payload: JobPayload, settings: Settings) -> NewJob:
         """The job of `payload`, with the budget the settings give it."""
         return cls(execution_id, payload, payload.worker_budget_s(settings))
+
+    @classmethod
+    def chunk(cls, chunk_id: str, items: Sequence[JobPayload], settings: Settings) -> NewJob:
+        """One job of several stateless calls; its budget is the sum of theirs."""
+        budgets = tuple(item.worker_budget_s(settings) for item in items)
+        return cls(chunk_id, items[0], sum(budgets), items=tuple(items), item_budgets_s=budgets)
+
+    def members(self) -> list[tuple[str, JobPayload]]:
+        """(execution id, payload) of each call this job carries."""
+        if not self.items:
+            return [(self.execution_id, self.payload)]
+        return [(item_id(self.execution_id, i), item) for i, item in enumerate(self.items)]
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON-ready argument of the RQ job."""
+        if not self.items:
+            return self.payload.to_wire()
+        return chunk_to_wire(self.items, self.item_budgets_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +135,27 @@ class JobState:
 
 # KEYS[1]: the shared queue's list, KEYS[2]: the alive set, KEYS[3..]: the other tenants' shared
 # queues' lists. A worker's own queue's list is keys.rq_queue(keys.worker_queue(queue, worker)),
-# that is KEYS[1] .. ':w:' .. worker.
+# that is KEYS[1] .. ':w:' .. worker; the calls beyond their first of the chunks waiting in a
+# shared queue's list L are keys.chunks(queue) of it, that is L .. ':chunks' (own queues hold no
+# chunks). waiting(L): the calls waiting in shared queue L.
 _WAITING = """
-local depth = redis.call('LLEN', KEYS[1])
-for k = 3, #KEYS do depth = depth + redis.call('LLEN', KEYS[k]) end
+local function waiting(list)
+  local calls = redis.call('LLEN', list)
+  for _, extra in ipairs(redis.call('HVALS', list .. ':chunks')) do
+    calls = calls + tonumber(extra)
+  end
+  return calls
+end
+local depth = waiting(KEYS[1])
+for k = 3, #KEYS do depth = depth + waiting(KEYS[k]) end
 for _, worker in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   depth = depth + redis.call('LLEN', KEYS[1] .. ':w:' .. worker)
 end
 """
 
 DEPTH_SCRIPT = _WAITING + "return depth"
-"""Jobs waiting: in the tenants' shared queues and in the own queues of registered workers."""
+"""Calls waiting: in the tenants' shared queues (a chunk's calls each count) and in the own
+queues of registered workers."""
 
 ADMITTED, QUEUE_FULL, TENANT_QUEUE_FULL, IN_FLIGHT_QUOTA = 1, 0, 2, 3
 """ADMIT_SCRIPT's verdicts on a group."""
@@ -138,7 +174,7 @@ for g = 1, tonumber(ARGV[2]) do
   local verdict = 1
   if depth + size > max_depth then
     verdict = 0
-  elseif redis.call('LLEN', tenant_queue) + size > share then
+  elseif waiting(tenant_queue) + size > share then
     verdict = 2
   elseif flight ~= '' then
     redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
@@ -272,12 +308,13 @@ class JobQueue:
         for g, group in enumerate(groups):
             bound = bounds[g] if bounds is not None else GroupBounds()
             commands = self._enqueue_commands(group)
+            members = [member for job in group for member, _ in job.members()]
             if bound.in_flight_key:
-                members = [part for job in group for part in (bound.expires_at, job.execution_id)]
-                commands.append(["ZADD", bound.in_flight_key, *members])
+                scored = [part for member in members for part in (bound.expires_at, member)]
+                commands.append(["ZADD", bound.in_flight_key, *scored])
                 commands.append(["EXPIREAT", bound.in_flight_key, math.ceil(bound.expires_at)])
             share = max_depth if bound.queue_share is None else bound.queue_share
-            argv += [len(group), keys.rq_queue(bound.tenant_queue or self._name), share]
+            argv += [len(members), keys.rq_queue(bound.tenant_queue or self._name), share]
             argv += [bound.in_flight_key, bound.max_in_flight, len(commands)]
             for command in commands:
                 argv.append(len(command))
@@ -299,7 +336,7 @@ class JobQueue:
             commands.append(["SADD", keys.rq_queues(), queue_key])
             for job in queued:
                 fields = rq_format.job_fields(
-                    data=rq_format.job_data(JOB_FUNC, (job.payload.to_wire(),)),
+                    data=rq_format.job_data(JOB_FUNC, (job.wire(),)),
                     origin=name,
                     description=job.payload.request_id or job.execution_id,
                     timeout_s=math.ceil(job.budget_s),
@@ -308,6 +345,9 @@ class JobQueue:
                     now=now,
                 )
                 commands.append(["HSET", keys.rq_job(job.execution_id), *fields])
+            extra = [(job.execution_id, len(job.items) - 1) for job in queued if job.items]
+            if extra:
+                commands.append(["HSET", keys.chunks(name), *sum(extra, ())])
             ids = [job.execution_id for job in queued]
             push = ["LPUSH", queue_key, *reversed(ids)] if at_front else ["RPUSH", queue_key, *ids]
             commands.append(push)
@@ -319,13 +359,13 @@ class JobQueue:
         # jobs can finish: a worker removes a job from its group when it answers it.
         members: dict[str, list[str]] = {}
         sessions: dict[str, list[str]] = {}
-        for job in jobs:
-            group = job.payload.group
+        for execution_id, payload in (member for job in jobs for member in job.members()):
+            group = payload.group
             if group is None:
                 continue
-            members.setdefault(group, [keys.GROUP_USED]).append(job.execution_id)
-            if job.payload.session_id is not None and not job.payload.end_session:
-                sessions.setdefault(group, []).append(job.payload.session_id)
+            members.setdefault(group, [keys.GROUP_USED]).append(execution_id)
+            if payload.session_id is not None and not payload.end_session:
+                sessions.setdefault(group, []).append(payload.session_id)
         commands: list[list[Any]] = []
         for group, ids in members.items():
             key = keys.group(self._name, group)
@@ -350,25 +390,34 @@ class JobQueue:
     ) -> list[bool]:
         """Remove waiting jobs from their queues; True for each one removed (it will never run).
 
-        `queues`: the RQ queue of each job, when known; else read from the job.
+        A chunk's item withdraws its whole chunk (the calls of one chunk wait and are withdrawn
+        together). `queues`: the RQ queue of each job, when known; else read from the job.
         """
+        if not execution_ids:
+            return []
+        jobs = [job_of(execution_id) for execution_id in execution_ids]
+        unique = list(dict.fromkeys(jobs))
         if queues is None:
             with self._redis.pipeline(transaction=False) as pipe:
-                for execution_id in execution_ids:
-                    pipe.hget(keys.rq_job(execution_id), "origin")
-                queues = [q.decode() if q else self._name for q in pipe.execute()]
+                for job in unique:
+                    pipe.hget(keys.rq_job(job), "origin")
+                origins = [q.decode() if q else self._name for q in pipe.execute()]
+        else:
+            queue_of = dict(zip(jobs, queues, strict=True))
+            origins = [queue_of[job] for job in unique]
         with self._redis.pipeline(transaction=False) as pipe:
-            for execution_id, queue in zip(execution_ids, queues, strict=True):
-                pipe.lrem(keys.rq_queue(queue), 0, execution_id)
-            removed = [bool(n) for n in pipe.execute()]
-        gone = [
-            keys.rq_job(execution_id)
-            for execution_id, r in zip(execution_ids, removed, strict=True)
-            if r
-        ]
-        if gone:
-            self._redis.delete(*gone)
-        return removed
+            for job, queue in zip(unique, origins, strict=True):
+                pipe.lrem(keys.rq_queue(queue), 0, job)
+            removed = {job: bool(n) for job, n in zip(unique, pipe.execute(), strict=True)}
+        gone = [job for job in unique if removed[job]]
+        with self._redis.pipeline(transaction=False) as pipe:
+            if gone:
+                pipe.delete(*(keys.rq_job(job) for job in gone))
+            # Not in its queue: it waits no more (even one whose worker died as it popped it).
+            for job, queue in zip(unique, origins, strict=True):
+                pipe.hdel(keys.chunks(queue), job)
+            pipe.execute()
+        return [removed[job] for job in jobs]
 
     def cancel(
         self,
@@ -405,7 +454,7 @@ class JobQueue:
             return dropped, []
         with self._redis.pipeline(transaction=False) as pipe:
             for execution_id in started:
-                pipe.hget(keys.rq_job(execution_id), "worker_name")
+                pipe.hget(keys.rq_job(job_of(execution_id)), "worker_name")
             workers = pipe.execute()
         signalled = []
         with self._redis.pipeline(transaction=False) as pipe:
@@ -420,45 +469,48 @@ class JobQueue:
 
     def _drop_answering(self, execution_ids: Sequence[str], reason: str) -> list[bool]:
         """Remove waiting jobs from their queues and answer them `cancelled`, each atomically
-        (so the waiting API's watchdog never sees one gone without its result)."""
+        (so the waiting API's watchdog never sees one gone without its result). A chunk is
+        dropped only when all its calls are among `execution_ids`; else its worker skips them."""
+        jobs = [job_of(execution_id) for execution_id in execution_ids]
+        unique = list(dict.fromkeys(jobs))
+        wanted = set(execution_ids)
         with self._redis.pipeline(transaction=False) as pipe:
-            for execution_id in execution_ids:
-                pipe.hmget(keys.rq_job(execution_id), "origin", "data", "status")
+            for job in unique:
+                pipe.hmget(keys.rq_job(job), "origin", "data", "status")
             records = pipe.execute()
-        removed = [False] * len(execution_ids)
-        queued: list[int] = []
+        queued: list[str] = []
         with self._redis.pipeline(transaction=False) as pipe:
-            for i, (execution_id, (origin, data, status)) in enumerate(
-                zip(execution_ids, records, strict=True)
-            ):
+            for job, (origin, data, status) in zip(unique, records, strict=True):
                 if status != b"queued" or data is None:
                     continue  # started, finished or gone: its worker answers
                 try:
-                    payload = JobPayload.from_wire(rq_format.job_args(data)[0])
+                    wire = rq_format.job_args(data)[0]
+                    chunk = chunk_from_wire(wire)
+                    payloads = [JobPayload.from_wire(wire)] if chunk is None else []
                 except (ValueError, KeyError, TypeError, IndexError):
                     continue
-                queue_time = time.time() - payload.admitted_at
-                result_json = encode_result(
-                    failure_result(Status.CANCELLED, never_ran(reason), execution_id, queue_time)
-                )
-                notice = encode_notice(execution_id, result_json) if payload.reply_to else ""
+                if chunk is None:
+                    members = [(job, payloads[0])]
+                else:
+                    members = [(item_id(job, i), item) for i, (item, _) in enumerate(chunk)]
+                if not all(member in wanted for member, _ in members):
+                    continue
                 queue = origin.decode() if origin else self._name
-                group_key = keys.group(self._name, payload.group) if payload.group else ""
-                self._drop_script(
-                    keys=[
-                        keys.rq_queue(queue),
-                        keys.rq_job(execution_id),
-                        keys.result(self._name, execution_id),
-                        payload.reply_to,
-                        group_key,
-                    ],
-                    args=[execution_id, result_json, self._result_ttl_s, notice],
-                    client=pipe,
-                )
-                queued.append(i)
-            for i, dropped in zip(queued, pipe.execute(), strict=True):
-                removed[i] = bool(dropped)
-        return removed
+                script_keys = [keys.rq_queue(queue), keys.rq_job(job), keys.chunks(queue)]
+                argv: list[Any] = [job, self._result_ttl_s]
+                for member, payload in members:
+                    queue_time = time.time() - payload.admitted_at
+                    result_json = encode_result(
+                        failure_result(Status.CANCELLED, never_ran(reason), member, queue_time)
+                    )
+                    notice = encode_notice(member, result_json) if payload.reply_to else ""
+                    group_key = keys.group(self._name, payload.group) if payload.group else ""
+                    script_keys += [keys.result(self._name, member), payload.reply_to, group_key]
+                    argv += [member, result_json, notice]
+                self._drop_script(keys=script_keys, args=argv, client=pipe)
+                queued.append(job)
+            dropped = {job for job, ok in zip(queued, pipe.execute(), strict=True) if ok}
+        return [job in dropped for job in jobs]
 
     def group_members(self, group_id: str) -> tuple[bool, list[str], list[str]]:
         """(whether the group was used, its jobs not yet answered, its sessions)."""
@@ -477,14 +529,23 @@ class JobQueue:
     def forget(self, execution_ids: Sequence[str]) -> None:
         """Delete the records of lost jobs (a started job whose worker died stays "started")."""
         if execution_ids:
-            self._redis.delete(*(keys.rq_job(execution_id) for execution_id in execution_ids))
+            jobs = list(dict.fromkeys(job_of(execution_id) for execution_id in execution_ids))
+            with self._redis.pipeline(transaction=False) as pipe:
+                for job in jobs:
+                    pipe.hget(keys.rq_job(job), "origin")
+                origins = [q.decode() if q else self._name for q in pipe.execute()]
+            with self._redis.pipeline(transaction=False) as pipe:
+                pipe.delete(*(keys.rq_job(job) for job in jobs))
+                for job, queue in zip(jobs, origins, strict=True):
+                    pipe.hdel(keys.chunks(queue), job)
+                pipe.execute()
 
     def inspect(self, execution_ids: Sequence[str], alive_since: float) -> list[JobState]:
         """The state of each job; workers whose last heartbeat is before alive_since are dead."""
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.zrangebyscore(keys.alive(self._name), alive_since, "+inf")
             for execution_id in execution_ids:
-                pipe.hmget(keys.rq_job(execution_id), "status", "worker_name", "origin")
+                pipe.hmget(keys.rq_job(job_of(execution_id)), "status", "worker_name", "origin")
                 pipe.get(keys.result(self._name, execution_id))
             replies = pipe.execute()
         live = {name.decode() for name in replies[0]}
@@ -571,28 +632,35 @@ end
 local fields = redis.call('HMGET', KEYS[1], """
     + _FIELD_NAMES
     + """)
-return {fields, redis.call('GET', KEYS[2])}
+return {fields, redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])}
 """
 )
-"""A dequeued job's start in one round trip (KEYS: the job hash, its cancel marker; ARGV: RQ's
-own commands that mark it started by this worker, counted as in ADMIT_SCRIPT). Returns its
-fields and its cancel marker (the reason, or false), or false when the job hash is gone (nothing
-is written then). The marker is read after the worker name is set (see JobQueue.cancel)."""
+"""A dequeued job's start in one round trip (KEYS: the job hash, its cancel marker, the cancel
+marker of its first call if it is a chunk; ARGV: RQ's own commands that mark it started by this
+worker, and the HDEL of its waiting chunk's count, counted as in ADMIT_SCRIPT). Returns its
+fields and both cancel markers (the reason, or false), or false when the job hash is gone
+(nothing is written then). The markers are read after the worker name is set (see
+JobQueue.cancel)."""
 
 DROP_SCRIPT = """
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2])
-redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3])
-if KEYS[4] ~= '' then
-  redis.call('RPUSH', KEYS[4], ARGV[4])
-  redis.call('EXPIRE', KEYS[4], ARGV[3])
+redis.call('HDEL', KEYS[3], ARGV[1])
+for i = 0, (#KEYS - 3) / 3 - 1 do
+  local k, a = 4 + 3 * i, 3 + 3 * i
+  redis.call('SET', KEYS[k], ARGV[a + 1], 'EX', ARGV[2])
+  if KEYS[k + 1] ~= '' then
+    redis.call('RPUSH', KEYS[k + 1], ARGV[a + 2])
+    redis.call('EXPIRE', KEYS[k + 1], ARGV[2])
+  end
+  if KEYS[k + 2] ~= '' then redis.call('SREM', KEYS[k + 2], ARGV[a]) end
 end
-if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[1]) end
 return 1
 """
-"""Drop one waiting job and answer it (KEYS: its queue's list, its hash, its result key, its
-API's reply list or '', its group's set or ''; ARGV: its id, the result JSON, its TTL, the
-notice): 1 when it was still waiting, else 0 and nothing is written (a worker has it)."""
+"""Drop one waiting job and answer each of its calls (KEYS: its queue's list, its hash, the
+chunks hash, then per call: its result key, its API's reply list or '', its group's set or '';
+ARGV: the job id, the TTL, then per call: its id, the result JSON, the notice): 1 when it was
+still waiting, else 0 and nothing is written (a worker has it)."""
 
 
 DELIVER_SCRIPT = """
@@ -602,12 +670,15 @@ if KEYS[4] ~= '' then
   redis.call('EXPIRE', KEYS[4], ARGV[2])
 end
 if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
-redis.call('DEL', KEYS[2])
+if KEYS[2] ~= '' then redis.call('DEL', KEYS[2]) end
 redis.call('HINCRBY', KEYS[3], 'successful_job_count', 1)
+if KEYS[6] ~= '' then return redis.call('GET', KEYS[6]) end
+return false
 """
-"""A job's result, atomically (KEYS: result key, job hash, worker hash, reply list or '', group
-set or ''; ARGV: result JSON, its TTL, the notice, the job id): store it, notify the waiter,
-leave the group, delete the job hash, count it."""
+"""A call's result, atomically (KEYS: result key, job hash or '' (a chunk's call before its
+last), worker hash, reply list or '', group set or '', the cancel marker of the chunk's next
+call or ''; ARGV: result JSON, its TTL, the notice, the call's id): store it, notify the waiter,
+leave the group, delete the job hash, count it; returns the next call's cancel marker."""
 
 
 class LeanQueue(Queue):
@@ -743,11 +814,17 @@ class LeanWorker(SimpleWorker):
         reply_to = ""
         group = ""
         try:
-            cancelled = self._start(job, queue)
-            if cancelled is None:  # deleted after its dequeue (RQ's fetch would skip it too)
+            markers = self._start(job, queue)
+            if markers is None:  # deleted after its dequeue (RQ's fetch would skip it too)
                 log.warning("job vanished before it started", extra=fields(execution_id=job.id))
                 return
+            cancelled, first_cancelled = markers
             reply_to = JobPayload.reply_to_of(job.args[0])
+            chunk = chunk_from_wire(job.args[0])
+            if chunk is not None:
+                self._charge_chunk(queue, len(chunk))
+                self._run_chunk(job, chunk, reply_to, first_cancelled)
+                return
             payload = JobPayload.from_wire(job.args[0])
             group = keys.group(self._queue_name, payload.group) if payload.group else ""
             if cancelled:
@@ -772,15 +849,58 @@ class LeanWorker(SimpleWorker):
         finally:
             self._state = WorkerStatus.IDLE
 
-    def _start(self, job: Job, queue: Queue) -> str | None:
-        """Mark the job started by this worker and read it; its cancel reason ("" when it was
-        not cancelled), or None when its hash is gone."""
+    def _charge_chunk(self, queue: Queue, calls: int) -> None:
+        """Fair share counts calls: a chunk's calls beyond its first (reorder_queues charged
+        the job) move its queue back in the order for the next dequeue."""
+        self._fair.served_more(queue.name, calls - 1)
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
+
+    def _run_chunk(
+        self, job: Job, chunk: list[tuple[JobPayload, float]], reply_to: str, cancelled: str
+    ) -> None:
+        """Run a chunk's calls in turn, each under its own budget, delivering each result as it
+        comes; a call cancelled meanwhile (its marker, read with the previous delivery) is
+        answered `cancelled` without running. Dequeued in time, no call of it is late."""
+        dequeued_at = time.time()
+        last = len(chunk) - 1
+        for i, (payload, budget_s) in enumerate(chunk):
+            execution_id = item_id(job.id, i)
+            if dequeued_at <= payload.start_by:
+                payload = replace(payload, start_by=math.inf)
+            group = keys.group(self._queue_name, payload.group) if payload.group else ""
+            if cancelled:
+                log.info("call cancelled before it started", extra=fields(call=execution_id))
+                result = failure_result(Status.CANCELLED, never_ran(cancelled), execution_id)
+            else:
+                result = self._run_call(execution_id, payload, budget_s)
+            next_item = "" if i == last else item_id(job.id, i + 1)
+            next_marker = keys.cancelled(self._queue_name, next_item) if next_item else ""
+            cancelled = self._deliver(
+                job, reply_to, result, group, execution_id, i == last, next_marker
+            )
+
+    def _run_call(self, execution_id: str, payload: JobPayload, budget_s: float) -> ResultDict:
+        try:
+            with self.death_penalty_class(
+                math.ceil(budget_s), JobTimeoutException, job_id=execution_id
+            ):
+                return self._handler.run(execution_id, payload)
+        except JobTimeoutException:
+            return self._handler.abandon(execution_id, payload, "the job exceeded its time budget")
+        except Exception as exc:  # a bug: answer this call, go on with the next
+            log.exception("call %s failed in the worker", execution_id)
+            return failure_result(Status.SANDBOX_ERROR, f"worker error: {exc}", execution_id)
+
+    def _start(self, job: Job, queue: Queue) -> tuple[str, str] | None:
+        """Mark the job started by this worker and read it; its cancel reason and its first
+        call's if it is a chunk ("" when not cancelled), or None when its hash is gone."""
         # RQ's own commands, recorded on a pipeline that is never sent (as in admission).
         record = self.connection.pipeline(transaction=False)
         try:
             job.prepare_for_execution(self.name, pipeline=record)
             if self._dequeued_from_one:
                 record.lrem(queue.intermediate_queue_key, 1, job.id)
+            record.hdel(keys.chunks(queue.name), job.id)
             argv: list[Any] = []
             for args, _ in record.command_stack:
                 argv.append(len(args))
@@ -788,24 +908,43 @@ class LeanWorker(SimpleWorker):
         finally:
             record.reset()
         cancel_marker = keys.cancelled(self._queue_name, job.id)
-        reply = self._prepare_script(keys=[job.key, cancel_marker], args=argv)
+        first_marker = keys.cancelled(self._queue_name, item_id(job.id, 0))
+        reply = self._prepare_script(keys=[job.key, cancel_marker, first_marker], args=argv)
         if not reply:
             return None
-        values, cancelled = reply
+        values, cancelled, first_cancelled = reply
         if isinstance(job, DequeuedJob):
             job.restore_fields(values)
-        if not cancelled:
-            return ""
-        return cancelled.decode() if isinstance(cancelled, bytes) else str(cancelled)
+        return _reason(cancelled), _reason(first_cancelled)
 
-    def _deliver(self, job: Job, reply_to: str, result: ResultDict, group: str = "") -> None:
+    def _deliver(
+        self,
+        job: Job,
+        reply_to: str,
+        result: ResultDict,
+        group: str = "",
+        execution_id: str = "",
+        last: bool = True,
+        next_marker: str = "",
+    ) -> str:
+        """Deliver one call's result (the job's own, or a chunk's call); the cancel reason of
+        the chunk's next call when `next_marker` names it, else ""."""
+        execution_id = execution_id or job.id
         result_json = encode_result(result)
-        result_key = keys.result(self._queue_name, job.id)
-        notice = encode_notice(job.id, result_json) if reply_to else ""
-        self._deliver_script(
-            keys=[result_key, job.key, self.key, reply_to, group],
-            args=[result_json, self._result_ttl_s, notice, job.id],
+        result_key = keys.result(self._queue_name, execution_id)
+        notice = encode_notice(execution_id, result_json) if reply_to else ""
+        cancelled = self._deliver_script(
+            keys=[result_key, job.key if last else "", self.key, reply_to, group, next_marker],
+            args=[result_json, self._result_ttl_s, notice, execution_id],
         )
+        return _reason(cancelled)
+
+
+def _reason(marker: object) -> str:
+    """A cancel marker's reason as the scripts return it ("" for none)."""
+    if not marker:
+        return ""
+    return marker.decode() if isinstance(marker, bytes) else str(marker)
 
 
 def work(

@@ -16,7 +16,7 @@ from tests.service.stack import Stack
 RESULT_FIELDS = {
     "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
     "stderr_truncated", "wall_time", "cpu_time", "peak_memory_mb", "queue_time", "files",
-    "restored", "display", "error",
+    "restored", "display", "error", "compile",
 }  # fmt: skip
 
 
@@ -48,6 +48,7 @@ async def test_print_returns_every_field(client: httpx.AsyncClient) -> None:
     assert result["wall_time"] > 0 and result["cpu_time"] >= 0 and result["queue_time"] >= 0
     assert result["peak_memory_mb"] is None or result["peak_memory_mb"] > 0
     assert result["files"] == {} and result["restored"] is False
+    assert result["compile"] is None  # Python compiles nothing
     assert (result["display"], result["error"]) == ([], None)
     again = await execute(client, code="print(1)")
     assert again["id"] != result["id"]

@@ -125,3 +125,23 @@ def test_only_plain_http_on_loopback_is_benchmarked(url: str) -> None:
         loopback_target(url)
     assert loopback_target("http://127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert loopback_target("http://localhost") == ("localhost", 80)
+
+
+def test_compare_batch_measures_each_point_single_then_batched(
+    stack: Stack, tmp_path: Path
+) -> None:
+    options = BenchOptions(
+        workloads=("print",),
+        concurrency=(2,),
+        point_s=0.2,
+        max_calls=8,
+        compare_batch=4,
+        baseline=False,
+        url=stack.url,
+        progress=False,
+    )
+    points = run_bench(options, tmp_path)["points"]
+    assert [(p["target"], p["batch"], p["failed"]) for p in points] == [
+        ("service", 1, 0),
+        ("service", 4, 0),
+    ]

@@ -127,3 +127,33 @@ def test_a_dequeued_job_reads_what_rq_reads_of_the_fields_the_worker_uses(
         full.description,
     )
     assert lean.get_status(refresh=False) == full.get_status(refresh=False)
+
+
+def test_fair_share_charges_each_call_of_a_chunk(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Two equal tenants: heavy sends two chunks of 4 calls, light 8 single calls. Charged by
+    # jobs, heavy's second chunk would run right after light's first call; charged by calls,
+    # light's next 4 calls run between heavy's chunks.
+    heavy, light = (keys.tenant_queue(queue_name, t) for t in ("heavy", "light"))
+    jobs = JobQueue(redis_client, queue_name, result_ttl_s=60)
+    payload = JobPayload(code="print(1)", request_id="r", reply_to=REPLY)
+    chunks = [NewJob(f"c{c}", payload, 120.0, heavy, (payload,) * 4, (30.0,) * 4) for c in (1, 2)]
+    jobs.enqueue(chunks + [NewJob(f"s{i}", payload, 30.0, light) for i in range(8)])
+    handler = Recorder(redis_client)
+    name = f"lean-worker-{uuid.uuid4().hex[:6]}"
+    worker = LeanWorker(
+        handler,
+        queue_name,
+        60,
+        keys.worker_queue(queue_name, name),
+        {"heavy": 1.0, "light": 1.0},
+        connection=redis_client,
+        name=name,
+    )
+    worker.work(logging_level="WARNING", max_jobs=10, max_idle_time=5)
+    ran = [run[0] for run in handler.runs]
+    assert ran == [f"c1.{i}" for i in range(4)] + [f"s{i}" for i in range(4)] + [
+        f"c2.{i}" for i in range(4)
+    ] + [f"s{i}" for i in range(4, 8)]
+    assert set(_notices(redis_client)) == set(ran)

@@ -33,6 +33,18 @@ def test_a_queue_back_from_idle_comes_first_once_then_takes_its_turn() -> None:
     assert abs(taken["light"] - taken["heavy"]) <= 2
 
 
+def test_a_chunk_is_charged_for_each_of_its_calls() -> None:
+    order = FairOrder({"chunked": 1.0, "single": 1.0})
+    taken: Counter[str] = Counter()
+    for _ in range(90):  # "chunked" sends chunks of 8 calls, "single" one call per job
+        first = order.order()[0]
+        order.served(first)
+        if first == "chunked":
+            order.served_more(first, 7)
+        taken[first] += 8 if first == "chunked" else 1
+    assert abs(taken["chunked"] - taken["single"]) <= 8
+
+
 def test_equal_weights_alternate_like_round_robin() -> None:
     order = FairOrder({"own": 1.0, "shared": 1.0})
     firsts = []
