@@ -48,6 +48,8 @@ class JobPayload:
     """1 for the first run; 2 when re-run after its worker was lost."""
     end_session: bool = False
     """Not a cell: end the session `session_id` (free its interpreter, forget its cells)."""
+    seed: int | None = None
+    """Seeds the jail's preloaded random generators (None: fresh entropy)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict stored in the RQ job."""
@@ -72,6 +74,8 @@ class JobPayload:
             wire["n"] = self.attempt
         if self.end_session:
             wire["e"] = 1
+        if self.seed is not None:
+            wire["sd"] = self.seed
         return wire
 
     @staticmethod
@@ -98,6 +102,7 @@ class JobPayload:
             start_by=float(wire.get("sb", 0.0)),
             attempt=int(wire.get("n", 1)),
             end_session=bool(wire.get("e", 0)),
+            seed=None if wire.get("sd") is None else int(wire["sd"]),
         )
 
     def budget_timeout_s(self, max_timeout_s: float) -> float:
@@ -126,6 +131,7 @@ class JobPayload:
             fetch_files=self.fetch_files,
             limits=replace(limits, timeout_s=self.timeout_s, memory_mb=self.memory_mb),
             execution_id=execution_id,
+            seed=self.seed,
         )
 
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         parse_tool_calls,
         python_tool_schema,
         truncate_middle,
+        truncate_to_tokens,
     )
     from trainer_client.wire import ExecuteRequest, ExecuteResult, VerifyItem, VerifyResult
 
@@ -76,6 +77,7 @@ _EXPORTS = {
     "parse_tool_calls": "trainer_client.tools",
     "python_tool_schema": "trainer_client.tools",
     "truncate_middle": "trainer_client.tools",
+    "truncate_to_tokens": "trainer_client.tools",
 }
 """Public name -> the module that defines it."""
 
@@ -128,4 +130,5 @@ __all__ = [
     "parse_tool_calls",
     "python_tool_schema",
     "truncate_middle",
+    "truncate_to_tokens",
 ]

@@ -51,6 +51,8 @@ class Status(str, enum.Enum):
 
 
 SUPPORTED_LANGUAGES = ("python",)
+SEED_BOUND = 2**32
+"""Seeds are integers in [0, SEED_BOUND): numpy's legacy global generator takes no more."""
 JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
 """The jail's working directory and the other writable directories that absolute paths may name
 on the peer-compatible routes (see ABSOLUTE_PATHS)."""
@@ -114,6 +116,9 @@ class ExecuteRequest(BaseModel):
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     files: dict[str, str] = Field(default_factory=dict)
     fetch_files: list[str] = Field(default_factory=list)
+    seed: Annotated[int, Field(ge=0, lt=SEED_BOUND)] | None = None
+    """Seeds the generators the jail preloads (random, numpy.random's global state, sympy's,
+    mpmath's through random) at the start of the run or cell; null: fresh entropy per run."""
 
     @field_validator("code", "stdin", "session_id")
     @classmethod
@@ -173,7 +178,13 @@ class ExecuteResult(BaseModel):
     stdout: str = ""
     stderr: str = ""
     stdout_truncated: bool = False
+    """True when stdout was cut: its head and tail are kept around an omission marker."""
     stderr_truncated: bool = False
+    """True when stderr was cut, as stdout."""
+    stdout_bytes: int = 0
+    """Bytes the program wrote to stdout, before any cut."""
+    stderr_bytes: int = 0
+    """Bytes the program wrote to stderr, before any cut."""
     wall_time: float = 0.0
     cpu_time: float = 0.0
     peak_memory_mb: float | None = None

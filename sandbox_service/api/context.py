@@ -58,4 +58,5 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         fetch_files=tuple(request.fetch_files),
         session_id=request.session_id,
         request_id=request_id_var.get(),
+        seed=request.seed,
     )

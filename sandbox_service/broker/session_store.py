@@ -128,14 +128,23 @@ class SessionState:
 def encode_cell(cell: RecordedCell) -> bytes:
     """A recorded cell as stored in the session's list (JSON; files in base64)."""
     files = {path: base64.b64encode(content).decode() for path, content in cell.files.items()}
-    return json.dumps({"code": cell.code, "stdin": cell.stdin, "files": files}).encode()
+    record: dict[str, object] = {"code": cell.code, "stdin": cell.stdin, "files": files}
+    if cell.seed is not None:
+        record["seed"] = cell.seed
+    return json.dumps(record).encode()
 
 
 def decode_cell(stored: bytes) -> RecordedCell:
     """The inverse of encode_cell."""
     record = json.loads(stored)
     files = {path: base64.b64decode(content) for path, content in record["files"].items()}
-    return RecordedCell(code=record["code"], stdin=record["stdin"], files=files)
+    seed = record.get("seed")
+    return RecordedCell(
+        code=record["code"],
+        stdin=record["stdin"],
+        files=files,
+        seed=None if seed is None else int(seed),
+    )
 
 
 class SessionStore:

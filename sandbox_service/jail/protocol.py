@@ -33,6 +33,8 @@ MAX_OUTPUTS_BYTES = 8 << 20
 """Largest rich-outputs report (displays and error) a run may leave for the zygote."""
 DISPLAY_MIME_TYPES = ("text/plain", "image/png")
 HEADER = struct.Struct(">I")
+MAX_SEED = 2**32 - 1
+"""Largest seed: numpy's legacy global generator takes 32 bits."""
 
 
 class ProtocolError(ValueError):
@@ -281,6 +283,8 @@ class RunRequest:
     files: dict[str, bytes] = field(default_factory=dict)
     fetch: tuple[str, ...] = ()
     fetch_budget: FetchBudget = field(default_factory=FetchBudget)
+    seed: int | None = None
+    """Seeds the preloaded random generators before the program (None: fresh entropy)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -289,6 +293,7 @@ class RunRequest:
             "files": _b64(self.files),
             "fetch": list(self.fetch),
             "fetch_budget": self.fetch_budget.to_wire(),
+            "seed": self.seed,
         }
 
     @classmethod
@@ -300,6 +305,7 @@ class RunRequest:
             files=_blobs(obj.get("files", {}), "files"),
             fetch=_paths(obj.get("fetch", []), "fetch", 4096),
             fetch_budget=FetchBudget.from_wire(obj.get("fetch_budget", {})),
+            seed=_opt_int(obj, "seed", 0, MAX_SEED),
         )
 
 

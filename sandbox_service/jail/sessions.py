@@ -188,7 +188,12 @@ class SessionPool:
     ) -> None:
         for cell in history:
             replayed = replace(
-                spec, code=cell.code, stdin=cell.stdin, files=cell.files, fetch_files=()
+                spec,
+                code=cell.code,
+                stdin=cell.stdin,
+                files=cell.files,
+                fetch_files=(),
+                seed=cell.seed,
             )
             reply = live.jail.run(replayed)
             if not reply.session_alive:

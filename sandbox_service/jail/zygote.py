@@ -974,6 +974,44 @@ def _reseed_random() -> None:
         sympy_random.rng.seed()
 
 
+_SEEDED_GENERATORS: dict[str, Callable[[types.ModuleType, int], None]] = {
+    "random": lambda module, seed: module.seed(seed),  # mpmath draws from it too
+    "numpy.random": lambda module, seed: module.seed(seed),  # the global state scipy uses
+    "sympy.core.random": lambda module, seed: module.rng.seed(seed),
+}
+"""The modules whose global generators a seed seeds, and how."""
+_SEED: list[int] = []
+"""The seed of the current run or cell, for a generator module it imports later."""
+
+
+def seed_random(seed: int | None) -> None:
+    """Seed every generator the jail preloads from `seed` (None: forget the last one), and
+    those of SEEDED_GENERATORS imported later in the run. Generators a program makes from
+    fresh entropy (numpy's default_rng(), os.urandom, secrets, uuid4) stay unseeded:
+    docs/jail.md."""
+    _SEED[:] = [] if seed is None else [seed]
+    if seed is None:
+        return
+    for name, apply in _SEEDED_GENERATORS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            apply(module, seed)
+
+
+def install_seed_hooks() -> None:
+    """Before any import of the generator modules: seed them as they are imported, when the
+    run has a seed (cold mode imports them in the program, after the seed is known)."""
+
+    def hook(name: str) -> Callable[[types.ModuleType], None]:
+        def seed_on_import(module: types.ModuleType) -> None:
+            if _SEED:
+                _SEEDED_GENERATORS[name](module, _SEED[0])
+
+        return seed_on_import
+
+    sys.meta_path.insert(0, _AfterImport({name: hook(name) for name in _SEEDED_GENERATORS}))
+
+
 def _fresh_main() -> dict[str, Any]:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -1342,6 +1380,8 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
         os.dup2(stderr_fd, 2)
         # The pipe to the zygote too: the program holds no descriptor of the control path.
         _close_all_but(code_fd)
+        if request.seed is not None:
+            seed_random(request.seed)
     except BaseException:
         traceback.print_exc()  # to the jail's log: this is our failure, not the program's
         os._exit(70)
@@ -1648,6 +1688,8 @@ def session_interpreter(channel: socket.socket) -> None:
                 os.close(fd)
             _install_std_streams(_std_streams())
             _cell_limits(limits)
+            seed = message.get("seed")
+            seed_random(seed if isinstance(seed, int) else None)
             status = _run_source(source, namespace, cell=True)
             with contextlib.suppress(BaseException):
                 leave_outputs()
@@ -1785,7 +1827,8 @@ def serve_session(sock: socket.socket) -> None:
         _drain(channel)
         started = time.monotonic()
         cpu_before = _cpu_of_process(pid)
-        send_frame(channel, {"op": "cell", "limits": request.limits.to_wire()}, fds)
+        cell = {"op": "cell", "limits": request.limits.to_wire(), "seed": request.seed}
+        send_frame(channel, cell, fds)
         for fd in fds:
             os.close(fd)
         reply = _supervise_cell(
@@ -1919,6 +1962,7 @@ def main() -> None:
     if "--matplotlib-cache" in sys.argv:
         cache = sys.argv[sys.argv.index("--matplotlib-cache") + 1]
     install_matplotlib_hooks(cache)
+    install_seed_hooks()
     make_children_std_streams()
     # Cold mode forks once, which the copy of the interpreter's code (4 ms) would not repay.
     once = "--once" in sys.argv

@@ -193,6 +193,7 @@ class ZygoteJail:
             files=dict(spec.files),
             fetch=tuple(spec.fetch_files),
             fetch_budget=self._fetch_budget,
+            seed=spec.seed,
         )
         self.runs += 1
         try:
