@@ -50,6 +50,8 @@ class JobPayload:
     """Not a cell: end the session `session_id` (free its interpreter, forget its cells)."""
     seed: int | None = None
     """Seeds the jail's preloaded random generators (None: fresh entropy)."""
+    fork_to: tuple[str, ...] = ()
+    """Not a cell: fork the session `session_id` into these new sessions (internal ids)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict stored in the RQ job."""
@@ -76,6 +78,8 @@ class JobPayload:
             wire["e"] = 1
         if self.seed is not None:
             wire["sd"] = self.seed
+        if self.fork_to:
+            wire["fk"] = list(self.fork_to)
         return wire
 
     @staticmethod
@@ -103,6 +107,7 @@ class JobPayload:
             attempt=int(wire.get("n", 1)),
             end_session=bool(wire.get("e", 0)),
             seed=None if wire.get("sd") is None else int(wire["sd"]),
+            fork_to=tuple(str(child) for child in wire.get("fk", ())),
         )
 
     def budget_timeout_s(self, max_timeout_s: float) -> float:
@@ -134,6 +139,10 @@ class JobPayload:
             seed=self.seed,
         )
 
+
+NO_SESSION = "no such session"
+"""stderr of a fork job (status error) whose session does not exist (deleted, expired, never
+made)."""
 
 WIRE_NAMES = {"execution_id": "id"}
 """ExecutionResult fields whose ExecuteResult name differs; every other field keeps its name."""

@@ -48,6 +48,7 @@ def build_request(
     session_id: str | None = None,
     files: Mapping[str, bytes] | None = None,
     fetch_files: Sequence[str] | None = None,
+    seed: int | None = None,
 ) -> ExecuteRequest:
     """An ExecuteRequest from execute()'s arguments; unset options keep the server's defaults."""
     fields: dict[str, Any] = {"code": code, "timeout": timeout}
@@ -61,6 +62,8 @@ def build_request(
         fields["files"] = {path: base64.b64encode(data).decode() for path, data in files.items()}
     if fetch_files:
         fields["fetch_files"] = list(fetch_files)
+    if seed is not None:
+        fields["seed"] = seed
     return to_request(fields)
 
 
@@ -179,8 +182,10 @@ class SandboxClient:
         session_id: str | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
     ) -> ExecuteResult:
-        """Run one program; `files` are raw bytes (sent base64), `timeout` is in seconds."""
+        """Run one program; `files` are raw bytes (sent base64), `timeout` is in seconds,
+        `seed` seeds the jail's random generators (same program and seed: same output)."""
         request = build_request(
             code,
             stdin=stdin,
@@ -189,6 +194,7 @@ class SandboxClient:
             session_id=session_id,
             files=files,
             fetch_files=fetch_files,
+            seed=seed,
         )
         self._own_process()
         return await self._dispatcher.submit(request)

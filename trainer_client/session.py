@@ -48,6 +48,7 @@ class SessionHost(Protocol):
         session_id: str | None = ...,
         files: Mapping[str, bytes] | None = ...,
         fetch_files: Sequence[str] | None = ...,
+        seed: int | None = ...,
     ) -> ExecuteResult: ...
 
     async def end_session(self, session_id: str) -> bool: ...
@@ -79,8 +80,10 @@ class Session:
         timeout: float | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
     ) -> ExecuteResult:
-        """Run one cell; its last expression is shown as in a notebook."""
+        """Run one cell; its last expression is shown as in a notebook. `seed` seeds the
+        interpreter's random generators at the cell's start."""
         self._check_open()
         return await self._client.execute(
             code,
@@ -89,6 +92,7 @@ class Session:
             session_id=self.id,
             files=files,
             fetch_files=fetch_files,
+            seed=seed,
         )
 
     async def upload(self, files: Mapping[str, bytes]) -> None:

@@ -80,6 +80,7 @@ class SyncSandboxClient:
         session_id: str | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
     ) -> ExecuteResult:
         """Run one program and block until its result (see SandboxClient.execute)."""
         return self._call(
@@ -91,6 +92,7 @@ class SyncSandboxClient:
                 session_id=session_id,
                 files=files,
                 fetch_files=fetch_files,
+                seed=seed,
             )
         )
 
@@ -182,11 +184,17 @@ class SyncSession:
         timeout: float | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
     ) -> ExecuteResult:
         """Run one cell and block until its result (see Session.run)."""
         return self._client._call(
             lambda client: self._session(client).run(
-                code, stdin=stdin, timeout=timeout, files=files, fetch_files=fetch_files
+                code,
+                stdin=stdin,
+                timeout=timeout,
+                files=files,
+                fetch_files=fetch_files,
+                seed=seed,
             )
         )
 

@@ -20,6 +20,8 @@ __all__ = [
     "BatchResponse",
     "ExecuteRequest",
     "ExecuteResult",
+    "ForkRequest",
+    "ForkResponse",
     "Status",
     "VerifyItem",
     "VerifyResponse",
@@ -220,6 +222,21 @@ class BatchResponse(BaseModel):
     """Results in the order of the requests."""
 
     results: list[ExecuteResult]
+
+
+class ForkRequest(BaseModel):
+    """How many copies of a session to make (POST /sessions/{session_id}/fork)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: Annotated[int, Field(ge=1)]
+    """New sessions to make, 1 to the server's `max_fork_n` (default 64)."""
+
+
+class ForkResponse(BaseModel):
+    """The new sessions, each a copy of the parent as it was when the fork ran."""
+
+    session_ids: list[str]
 
 
 VerdictName = Literal["correct", "incorrect", "timeout", "invalid"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from sandbox_service.api.dispatch import Dispatcher
+from sandbox_service.api.dispatch import Dispatcher, session_key
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
@@ -56,7 +56,7 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         memory_mb=request.memory_mb,
         files=dict(request.files),
         fetch_files=tuple(request.fetch_files),
-        session_id=request.session_id,
+        session_id=None if request.session_id is None else session_key(request.session_id),
         request_id=request_id_var.get(),
         seed=request.seed,
     )

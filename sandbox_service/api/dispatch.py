@@ -40,9 +40,10 @@ from sandbox_service.broker.jobqueue import JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.broker.worker_stats import WorkerStats
-from sandbox_service.jobs import JobPayload, ResultDict
+from sandbox_service.jobs import NO_SESSION, JobPayload, ResultDict
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import scoped, tenant_var
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,12 @@ BUILD_ON_LOOP_MAX_JOBS = 64
 """Rounds up to this many jobs build their enqueue commands on the event loop (11 to 16 us per job
 here, so under 1 ms of the loop; a thread hop costs about 0.1 ms of CPU); larger ones in a
 thread, so that the loop keeps serving meanwhile."""
+
+
+def session_key(client_id: str) -> str:
+    """The internal id of the calling tenant's session `client_id` (Redis keys, worker pools):
+    another tenant's same id is another session, and no tenant can name another's."""
+    return scoped(tenant_var.get(), client_id)
 
 
 class DispatchError(Exception):
@@ -211,12 +218,13 @@ class Dispatcher:
             extra=fields(jobs=len(execution_ids), dropped=len(dropped), killed=len(signalled)),
         )
 
-    async def end_session(self, session_id: str, request_id: str = "") -> bool:
+    async def end_session(self, client_id: str, request_id: str = "") -> bool:
         """End a session (DELETE /sessions/{id}); whether it existed.
 
         The ending runs on the session's owner, behind the cells already queued there (they run
         first), and frees the interpreter there; with no live owner any worker forgets the keys.
         """
+        session_id = session_key(client_id)
         payload = JobPayload(
             code="", session_id=session_id, end_session=True, timeout_s=1.0, request_id=request_id
         )
@@ -228,10 +236,33 @@ class Dispatcher:
         ended: bool = await self._run_sync(self.sessions.forget, session_id)
         return ended
 
+    async def fork_session(
+        self, client_id: str, forks: Sequence[str], request_id: str = ""
+    ) -> bool | None:
+        """Fork a session into new sessions named `forks` (all the caller's ids, of the
+        caller's tenant); whether it existed (None: the fork job did not run: the queue
+        deadline passed or its worker was lost).
+
+        Like an ending, the fork runs on the session's owner behind the cells already queued
+        there, so the forks copy the state those cells leave."""
+        payload = JobPayload(
+            code="",
+            session_id=session_key(client_id),
+            fork_to=tuple(session_key(fork) for fork in forks),
+            timeout_s=1.0,
+            request_id=request_id,
+        )
+        (result,) = await self.submit([payload])
+        if result["status"] == "ok":
+            return True
+        if result["status"] == "error" and result["stderr"] == NO_SESSION:
+            return False
+        return None
+
     def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
         """The jobs with their queues set: session work to its owner's own queue (blocking)."""
         sessions = [
-            (job.payload.session_id, not job.payload.end_session)
+            (job.payload.session_id, not (job.payload.end_session or job.payload.fork_to))
             for job in jobs
             if job.payload.session_id is not None
         ]

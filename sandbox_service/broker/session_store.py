@@ -115,6 +115,26 @@ return 0
 """
 
 
+# KEYS: parent hash, parent cells, then each fork's hash and cells. ARGV: ttl_s.
+# Each fork gets the parent's recorded cells and count, and no owner (its first cell claims
+# one). Returns the parent's n, or -1 when there is no such session.
+_FORK = """
+local n = redis.call('HGET', KEYS[1], 'n')
+if not n then return -1 end
+local cells = redis.call('LRANGE', KEYS[2], 0, -1)
+for i = 3, #KEYS, 2 do
+  redis.call('DEL', KEYS[i], KEYS[i + 1])
+  redis.call('HSET', KEYS[i], 'n', n)
+  redis.call('EXPIRE', KEYS[i], ARGV[1])
+  for first = 1, #cells, 1000 do
+    redis.call('RPUSH', KEYS[i + 1], unpack(cells, first, math.min(first + 999, #cells)))
+  end
+  if #cells > 0 then redis.call('EXPIRE', KEYS[i + 1], ARGV[1]) end
+end
+return tonumber(n)
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionState:
     """What Redis says about a session, as a worker reads it before a cell."""
@@ -167,6 +187,7 @@ class SessionStore:
         self._state = connection.register_script(_STATE)
         self._record = connection.register_script(_RECORD)
         self._release = connection.register_script(_RELEASE)
+        self._fork = connection.register_script(_FORK)
 
     @classmethod
     def for_settings(cls, connection: redis.Redis, settings: Settings) -> SessionStore:
@@ -227,6 +248,12 @@ class SessionStore:
         if cell is not None:
             args.append(encode_cell(cell))
         return int(self._record(keys=self._keys(session_id), args=args))
+
+    def fork(self, session_id: str, forks: Sequence[str]) -> int:
+        """Make each of `forks` a session with the recorded cells of `session_id`, each with its
+        own keys and TTL; the parent's cell count, or -1 when it does not exist."""
+        fork_keys = [key for fork in forks for key in self._keys(fork)]
+        return int(self._fork(keys=[*self._keys(session_id), *fork_keys], args=[self._ttl_s]))
 
     def release(self, session_ids: Sequence[str], worker: str) -> None:
         """Drop `worker`'s affinity of sessions it no longer holds (evicted or expired)."""

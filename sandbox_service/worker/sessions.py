@@ -121,6 +121,13 @@ class SessionRunner:
             self._tally.sessions_ended("deleted", int(ended))
             return ended
 
+    def fork(self, session_id: str, forks: tuple[str, ...]) -> bool:
+        """Make `forks` copies of the session as it is now (behind its earlier cells, which ran
+        on this worker first); whether the session existed. Each fork's first cell rebuilds it
+        from the copied cells wherever it runs."""
+        with self._lock:
+            return self._store.fork(session_id, forks) >= 0
+
     def abandon(self, session_id: str) -> None:
         """The cell overran its job budget: kill the session's jail."""
         with self._lock:

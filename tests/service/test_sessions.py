@@ -16,6 +16,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.local.redis_server import RedisServer
+from sandbox_service.tenancy import DEFAULT_TENANT, scoped
 from tests.service.stack import Stack, stack_env
 from tests.service.test_reliability import (
     FAST_DETECTION,
@@ -23,6 +24,11 @@ from tests.service.test_reliability import (
     started_job_worker,
     wait_workers,
 )
+
+
+def internal(session_id: str) -> str:
+    """The id the service keeps a session under: the default tenant's (no API key here)."""
+    return scoped(DEFAULT_TENANT, session_id)
 
 
 def new_session() -> str:
@@ -39,7 +45,7 @@ async def cell(
 
 
 def owner(client: redis.Redis, queue: str, session_id: str) -> str:
-    name = client.hget(keys.session(queue, session_id), "owner")
+    name = client.hget(keys.session(queue, internal(session_id)), "owner")
     assert name is not None, "the session has no owner"
     return str(name.decode())
 
@@ -87,7 +93,7 @@ async def test_cells_of_one_session_run_in_order(
         cell(client, sid, "import time\ntime.sleep(0.5)\nv = 'first'\nprint('slow done')")
     )
     for _ in range(400):
-        if redis_client.exists(keys.session(stack.queue, sid)):
+        if redis_client.exists(keys.session(stack.queue, internal(sid))):
             break  # admitted (its owner is claimed): a cell sent now is queued behind it
         await asyncio.sleep(0.01)
     follow = await cell(client, sid, "v")
@@ -101,10 +107,10 @@ async def test_delete_ends_the_session_and_forgets_it(
     sid = new_session()
     await cell(client, sid, "kept = 1")
     await cell(client, sid, "kept += 1")
-    assert redis_client.llen(keys.session_cells(stack.queue, sid)) == 2
+    assert redis_client.llen(keys.session_cells(stack.queue, internal(sid))) == 2
     assert (await client.delete(f"/sessions/{sid}")).status_code == 204
-    assert not redis_client.exists(keys.session(stack.queue, sid))
-    assert not redis_client.exists(keys.session_cells(stack.queue, sid))
+    assert not redis_client.exists(keys.session(stack.queue, internal(sid)))
+    assert not redis_client.exists(keys.session_cells(stack.queue, internal(sid)))
     gone = await client.delete(f"/sessions/{sid}")
     assert gone.status_code == 404 and sid in gone.json()["detail"]
     fresh = await cell(client, sid, "kept")
@@ -235,13 +241,15 @@ async def test_idle_sessions_expire(ttl_stack: Stack, redis_client: redis.Redis)
     async with httpx.AsyncClient(base_url=ttl_stack.url, timeout=60) as http:
         assert (await cell(http, sid, "x = 1\nx"))["stdout"] == "1\n"
         for _ in range(200):
-            expired_here = f'"sessions": ["{sid}"]' in ttl_stack.log_path.read_text()
-            if expired_here and not redis_client.exists(keys.session(ttl_stack.queue, sid)):
+            expired_here = f'"sessions": ["{internal(sid)}"]' in ttl_stack.log_path.read_text()
+            if expired_here and not redis_client.exists(
+                keys.session(ttl_stack.queue, internal(sid))
+            ):
                 break
             await asyncio.sleep(0.1)
         else:
             raise AssertionError("the idle session did not expire")
-        assert not redis_client.exists(keys.session_cells(ttl_stack.queue, sid))
+        assert not redis_client.exists(keys.session_cells(ttl_stack.queue, internal(sid)))
         fresh = await cell(http, sid, "x")
     assert fresh["status"] == "error" and "NameError" in str(fresh["stderr"])
     assert fresh["restored"] is False
