@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import CallInfo, InvalidRequestError
-from trainer_client.http import Timeouts, delete_session, post_batch, post_verify
+from trainer_client.http import Timeouts, delete_session, post_batch, post_fork, post_verify
 from trainer_client.retry import RetryPolicy
 from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats, Counters
@@ -237,6 +237,12 @@ class SandboxClient:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
         self._own_process()
         return await delete_session(self._http, session_id, self._timeouts)
+
+    async def fork_session(self, session_id: str, n: int) -> list[str]:
+        """POST /sessions/{id}/fork: the ids of `n` new sessions, each a copy of the session's
+        state after its cells so far (never retried)."""
+        self._own_process()
+        return await post_fork(self._http, session_id, n, self._timeouts)
 
     def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> Session:
         """A session object (`async with client.session() as s: await s.run(code)`).

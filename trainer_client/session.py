@@ -53,6 +53,8 @@ class SessionHost(Protocol):
 
     async def end_session(self, session_id: str) -> bool: ...
 
+    async def fork_session(self, session_id: str, n: int) -> list[str]: ...
+
 
 class Session:
     """One interpreter on the service; cells run in order and share its state."""
@@ -94,6 +96,13 @@ class Session:
             fetch_files=fetch_files,
             seed=seed,
         )
+
+    async def fork(self, n: int) -> list[Session]:
+        """`n` new sessions, each a copy of this one's state (variables, imports, files) after
+        its cells so far, then independent: close each (or use it in `async with`)."""
+        self._check_open()
+        ids = await self._client.fork_session(self.id, n)
+        return [Session(self._client, fork_id, timeout=self.timeout) for fork_id in ids]
 
     async def upload(self, files: Mapping[str, bytes]) -> None:
         """Write files (relative path -> bytes) into the session's working directory."""

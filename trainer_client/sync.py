@@ -116,6 +116,10 @@ class SyncSandboxClient:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
         return self._call(lambda client: client.end_session(session_id))
 
+    def fork_session(self, session_id: str, n: int) -> list[str]:
+        """The ids of `n` copies of a session (see SandboxClient.fork_session)."""
+        return self._call(lambda client: client.fork_session(session_id, n))
+
     def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> SyncSession:
         """A session object (`with client.session() as s: s.run(code)`); see SandboxClient."""
         if self._closed:
@@ -197,6 +201,13 @@ class SyncSession:
                 seed=seed,
             )
         )
+
+    def fork(self, n: int) -> list[SyncSession]:
+        """`n` new sessions, each a copy of this one's state (see Session.fork)."""
+        if self._closed:
+            raise ClientClosedError(f"session {self.id!r} is closed")
+        ids = self._client.fork_session(self.id, n)
+        return [SyncSession(self._client, fork_id, timeout=self.timeout) for fork_id in ids]
 
     def upload(self, files: Mapping[str, bytes]) -> None:
         """Write files into the session's working directory (see Session.upload)."""
