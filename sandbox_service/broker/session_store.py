@@ -115,9 +115,10 @@ return 0
 """
 
 
-# KEYS: parent hash, parent cells, then each fork's hash and cells. ARGV: ttl_s.
-# Each fork gets the parent's recorded cells and count, and no owner (its first cell claims
-# one). Returns the parent's n, or -1 when there is no such session.
+# KEYS: parent hash, parent cells, then each fork's hash and cells. ARGV: ttl_s, owner ("":
+# none). Each fork gets the parent's recorded cells and count, and the owner that holds its
+# live copy (none: its first cell claims one). Returns the parent's n, or -1 when there is no
+# such session.
 _FORK = """
 local n = redis.call('HGET', KEYS[1], 'n')
 if not n then return -1 end
@@ -125,6 +126,7 @@ local cells = redis.call('LRANGE', KEYS[2], 0, -1)
 for i = 3, #KEYS, 2 do
   redis.call('DEL', KEYS[i], KEYS[i + 1])
   redis.call('HSET', KEYS[i], 'n', n)
+  if ARGV[2] ~= '' then redis.call('HSET', KEYS[i], 'owner', ARGV[2]) end
   redis.call('EXPIRE', KEYS[i], ARGV[1])
   for first = 1, #cells, 1000 do
     redis.call('RPUSH', KEYS[i + 1], unpack(cells, first, math.min(first + 999, #cells)))
@@ -249,11 +251,14 @@ class SessionStore:
             args.append(encode_cell(cell))
         return int(self._record(keys=self._keys(session_id), args=args))
 
-    def fork(self, session_id: str, forks: Sequence[str]) -> int:
+    def fork(self, session_id: str, forks: Sequence[str], owner: str | None = None) -> int:
         """Make each of `forks` a session with the recorded cells of `session_id`, each with its
-        own keys and TTL; the parent's cell count, or -1 when it does not exist."""
+        own keys and TTL, owned by `owner` when that worker holds live copies; the parent's
+        cell count, or -1 when it does not exist."""
         fork_keys = [key for fork in forks for key in self._keys(fork)]
-        return int(self._fork(keys=[*self._keys(session_id), *fork_keys], args=[self._ttl_s]))
+        return int(
+            self._fork(keys=[*self._keys(session_id), *fork_keys], args=[self._ttl_s, owner or ""])
+        )
 
     def release(self, session_ids: Sequence[str], worker: str) -> None:
         """Drop `worker`'s affinity of sessions it no longer holds (evicted or expired)."""

@@ -41,6 +41,7 @@ import select
 import signal
 import socket
 import stat
+import struct
 import sys
 import time
 import traceback
@@ -1677,6 +1678,9 @@ def session_interpreter(channel: socket.socket) -> None:
         while True:
             try:
                 message, fds = recv_frame(channel, max_fds=4)
+                if message.get("op") == FORK:
+                    channel = _fork_interpreter(channel, fds)
+                    continue
                 limits = protocol.RunLimits.from_wire(message.get("limits"))
             except (EOFError, OSError):
                 os._exit(0)
@@ -1703,6 +1707,41 @@ def session_interpreter(channel: socket.socket) -> None:
     except BaseException:
         traceback.print_exc()
         os._exit(70)
+
+
+FORK = "fork"
+"""The op of the frame the zygote sends an interpreter between cells to fork it; the one
+descriptor with it is the fork's channel."""
+HELLO = b"h"
+"""A fork's first byte on its channel: the kernel attaches its pid (SCM_CREDENTIALS)."""
+
+
+def _fork_interpreter(channel: socket.socket, fds: list[int]) -> socket.socket:
+    """In an interpreter told to fork: make a copy of this process that is the zygote's child
+    (a double fork: the middle process exits, the copy is reparented to PID 1) and serves the
+    channel passed in; the channel this process goes on with (the copy: the new one)."""
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return channel
+    # Non-dumpable from here on, this process and its copies: their memory and /proc files are
+    # then no sibling's to read or write (the same uid would otherwise be enough).
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    middle = os.fork()
+    if middle == 0:
+        if os.fork() != 0:
+            os._exit(0)
+        channel.close()
+        copy = socket.socket(fileno=fds[0])
+        deadline = time.monotonic() + 1.0
+        while os.getppid() != 1 and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        _reseed_random()  # each fork draws its own numbers (a seeded cell seeds them again)
+        copy.sendall(HELLO)
+        return copy
+    os.close(fds[0])
+    os.waitpid(middle, 0)
+    return channel
 
 
 def _cell_limits(limits: protocol.RunLimits) -> None:
@@ -1739,10 +1778,10 @@ def _cpu_of_process(pid: int) -> float:
     return own + children
 
 
-def _kill_all_but(keep: int) -> float:
-    """SIGKILL every process of the namespace but this one and `keep` (a cell's background
-    processes); reap the orphans; return their CPU seconds."""
-    spared = {"1", str(keep)}
+def _kill_all_but(*keep: int) -> float:
+    """SIGKILL every process of the namespace but this one and `keep` (the interpreters: this
+    kills a cell's background processes); reap the orphans; return their CPU seconds."""
+    spared = {"1", *map(str, keep)}
     cpu = 0.0
     deadline = time.monotonic() + REAP_DEADLINE_S
     while True:
@@ -1776,14 +1815,175 @@ def _drain(channel: socket.socket) -> None:
             pass
 
 
-def serve_session(sock: socket.socket) -> None:
-    """Run cells in one persistent interpreter until told to exit, or until a cell kills it.
+@dataclass(slots=True)
+class _Member:
+    """One interpreter of a session jail: the session's, or a fork of it."""
 
-    Notebook semantics: the interpreter (its namespace, its threads) lives from cell to cell;
-    processes a cell started are killed when the cell ends. A cell that times out, whose
-    interpreter dies, or that breaks the channel's protocol ends the jail after its answer:
-    the worker then rebuilds the session elsewhere by replaying its recorded cells.
+    pid: int
+    pidfd: int
+    channel: socket.socket
+    files: bytes | None = None
+    """Its scratch directories (a tar) while another member's are in place."""
+
+    def dead(self) -> bool:
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        os.close(self.pidfd)
+        self.channel.close()
+
+
+FORK_HELLO_DEADLINE_S = 5.0
+MAX_MEMBERS = 4096
+_UCRED = struct.Struct("3i")
+
+
+class _Family:
+    """The interpreters of one session jail: one, until the session is forked.
+
+    Forks are copies of a member's process (copy-on-write); they share the jail, its memory and
+    process limits. Only one member runs at a time: the others are stopped (SIGSTOP) and their
+    scratch files kept aside, so a member never sees a sibling's later state or files; a member
+    whose turn comes gets its own files back (docs/service.md, "Forked sessions").
     """
+
+    def __init__(self, first: _Member) -> None:
+        self.members: dict[int, _Member] = {0: first}
+        self.current: int | None = 0
+        """The member whose files are in the scratch directories and that is not stopped."""
+        self._next = 1
+
+    def pids(self) -> list[int]:
+        return [member.pid for member in self.members.values()]
+
+    def switch_to(self, key: int) -> None:
+        """Make `key` the running member with its files in place (nothing when it is)."""
+        if key == self.current:
+            return
+        for other, member in self.members.items():
+            if other != key:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member.pid, signal.SIGSTOP)
+        _kill_all_but(*self.pids())
+        self._wait_stopped(key)
+        leaving = self.members.get(self.current) if self.current is not None else None
+        if leaving is not None:
+            leaving.files = _snapshot_scratch()
+        _wipe_scratch()
+        arriving = self.members[key]
+        if arriving.files:
+            _restore_scratch(arriving.files)
+        arriving.files = None
+        self.current = key
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(arriving.pid, signal.SIGCONT)
+
+    def _wait_stopped(self, running: int) -> None:
+        deadline = time.monotonic() + REAP_DEADLINE_S
+        for key, member in self.members.items():
+            while key != running and not _is_stopped(member.pid):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("an interpreter did not stop")
+                time.sleep(0.0002)
+
+    def drop(self, key: int) -> None:
+        """End one member (its session ended, or its interpreter died)."""
+        member = self.members.pop(key, None)
+        if member is not None:
+            member.close()
+        if key == self.current:
+            self.current = None  # its files stay until the next member's turn wipes them
+
+    def fork(self, key: int, n: int) -> list[int]:
+        """Fork member `key` n times; the new members' keys (stopped, with its files). Raises
+        RuntimeError when a copy does not come (the caller drops what was made)."""
+        self.switch_to(key)
+        parent = self.members[key]
+        _drain(parent.channel)
+        made: list[int] = []
+        for _ in range(n):
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            try:
+                send_frame(parent.channel, {"op": FORK}, [theirs.fileno()])
+            finally:
+                theirs.close()
+            try:
+                pid = _await_fork(ours, set(self.pids()))
+            except (RuntimeError, OSError):
+                ours.close()
+                for new in made:
+                    self.drop(new)
+                raise
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+            self.members[self._next] = _Member(pid, os.pidfd_open(pid), ours)
+            made.append(self._next)
+            self._next += 1
+        files = _snapshot_scratch()
+        for new in made:
+            self.members[new].files = files  # one copy, shared until each one's turn
+        return made
+
+
+def _await_fork(ours: socket.socket, known: set[int]) -> int:
+    """The pid of the copy that says hello on `ours`: the kernel's, not the copy's word."""
+    if not select.select([ours], [], [], FORK_HELLO_DEADLINE_S)[0]:
+        raise RuntimeError("the interpreter did not fork")
+    data, ancillary, _flags, _addr = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED.size))
+    pid = 0
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid = _UCRED.unpack(payload[: _UCRED.size])[0]
+    if data != HELLO or pid <= 1 or pid in known or _parent_of(pid) != 1:
+        raise RuntimeError("the fork's hello is not from a new child of the zygote")
+    return pid
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read(4096).rpartition(b")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _is_stopped(pid: int) -> bool:
+    """Stopped, or gone (nothing left to stop)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read(4096).rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"T", b"t", b"Z", b"X")
+
+
+def _snapshot_scratch() -> bytes:
+    """The scratch directories' contents as a tar (no link followed)."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for top in SCRATCH_DIRS:
+            for name in sorted(os.listdir(top)):
+                tar.add(os.path.join(top, name), recursive=True)
+    return buffer.getvalue()
+
+
+def _restore_scratch(files: bytes) -> None:
+    """Put a snapshot back into the (wiped) scratch directories. The tar is the zygote's own,
+    made from a tree where no entry lies under a link, and every process is stopped."""
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(files), mode="r") as tar:
+        tar.extractall("/", filter="fully_trusted")
+
+
+def _start_interpreter(sock: socket.socket) -> _Member:
     channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:
@@ -1791,20 +1991,51 @@ def serve_session(sock: socket.socket) -> None:
         channel.close()
         session_interpreter(theirs)
     theirs.close()
-    pidfd = os.pidfd_open(pid)
+    return _Member(pid, os.pidfd_open(pid), channel)
+
+
+def _serve_fork(sock: socket.socket, family: _Family, message: dict[str, Any]) -> None:
+    """Answer a fork request: the new members' keys, or why there are none."""
+    try:
+        request = protocol.ForkMembers.from_wire(message)
+        if request.member not in family.members or family.members[request.member].dead():
+            raise RuntimeError(protocol.INTERPRETER_GONE)
+        if len(family.members) + request.n > MAX_MEMBERS:
+            raise RuntimeError(f"more than {MAX_MEMBERS} interpreters in one jail")
+        reply = protocol.Forked(members=tuple(family.fork(request.member, request.n)))
+    except (protocol.ProtocolError, RuntimeError, OSError) as exc:
+        reply = protocol.Forked(members=(), error=str(exc))
+    send_frame(sock, reply.to_wire())
+
+
+def serve_session(sock: socket.socket) -> None:
+    """Run cells in persistent interpreters until told to exit, or until a cell kills the last.
+
+    Notebook semantics: an interpreter (its namespace, its threads) lives from cell to cell;
+    processes a cell started are killed when the cell ends. A cell that times out, whose
+    interpreter dies, or that breaks the channel's protocol ends its interpreter (and the jail
+    with the last one) after its answer: the worker then rebuilds that session elsewhere by
+    replaying its recorded cells. Forks (`fork` requests) add interpreters: see _Family.
+    """
+    family = _Family(_start_interpreter(sock))
     while True:
         try:
             message, fds = recv_frame(sock, max_fds=4)
         except EOFError:
             break
-        if message.get("op") == "exit":
+        op = message.get("op")
+        if op in ("exit", ABORT, FORK, "drop"):
             for fd in fds:
                 os.close(fd)
-            break
-        if message.get("op") == ABORT:
-            for fd in fds:
-                os.close(fd)
-            continue  # it crossed the end of its cell on the wire: that cell is answered
+            if op == "exit":
+                break
+            if op == FORK:
+                _serve_fork(sock, family, message)
+            elif op == "drop":
+                key = message.get("member")
+                if isinstance(key, int) and key in family.members and len(family.members) > 1:
+                    family.drop(key)
+            continue  # an abort crossed the end of its cell on the wire: that cell is answered
         try:
             request = protocol.RunRequest.from_wire(message)
             if len(fds) != 4:
@@ -1814,6 +2045,25 @@ def serve_session(sock: socket.socket) -> None:
                 os.close(fd)
             send_frame(sock, protocol.RunReply(setup_error=f"malformed request: {exc}").to_wire())
             continue
+        member = family.members.get(request.member)
+        if member is None or member.dead():
+            for fd in fds:
+                os.close(fd)
+            family.drop(request.member)
+            gone = protocol.RunReply(setup_error=protocol.INTERPRETER_GONE)
+            send_frame(sock, gone.to_wire())
+            if not family.members:
+                break
+            continue
+        try:
+            family.switch_to(request.member)
+        except (OSError, RuntimeError, ValueError) as exc:
+            # Its files could not be set aside or put back: end the family here (the worker
+            # rebuilds each session from its records).
+            for fd in fds:
+                os.close(fd)
+            send_frame(sock, protocol.RunReply(setup_error=f"session switch: {exc}").to_wire())
+            break
         try:
             _write_files(request.files)
         except (OSError, ValueError) as exc:
@@ -1824,6 +2074,7 @@ def serve_session(sock: socket.socket) -> None:
             )
             send_frame(sock, reply.to_wire())
             continue
+        pid, channel = member.pid, member.channel
         _drain(channel)
         started = time.monotonic()
         cpu_before = _cpu_of_process(pid)
@@ -1832,14 +2083,24 @@ def serve_session(sock: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         reply = _supervise_cell(
-            pid, pidfd, channel, sock, started + request.limits.timeout_s, cpu_before
+            pid, member.pidfd, channel, sock, started + request.limits.timeout_s, cpu_before
         )
         if reply.session_alive:
             try:
-                reply = dataclasses.replace(reply, cpu_time_s=reply.cpu_time_s + _kill_all_but(pid))
+                extra = _kill_all_but(*family.pids())
+                reply = dataclasses.replace(reply, cpu_time_s=reply.cpu_time_s + extra)
             except RuntimeError:
                 reply = dataclasses.replace(reply, session_alive=False)
-        if not reply.session_alive:
+        ending = not reply.session_alive and len(family.members) == 1
+        if not reply.session_alive and not ending:
+            family.drop(request.member)  # the others are stopped: what runs is this member's
+            try:
+                reply = dataclasses.replace(
+                    reply, cpu_time_s=reply.cpu_time_s + _kill_all_but(*family.pids())
+                )
+            except RuntimeError:
+                ending = True
+        if ending:
             cpu = reply.cpu_time_s + _kill_everyone_else()
             reply = dataclasses.replace(reply, cpu_time_s=cpu)
         reply = dataclasses.replace(
@@ -1849,7 +2110,7 @@ def serve_session(sock: socket.socket) -> None:
             outputs=take_outputs(),
         )
         send_frame(sock, reply.to_wire())
-        if not reply.session_alive:
+        if ending:
             return
     _kill_everyone_else()
 

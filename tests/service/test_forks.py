@@ -48,7 +48,8 @@ async def test_forks_copy_the_state_then_live_apart(
         "x = 'mine'\nopen('data.txt', 'w').write('mine')\nopen('/tmp/only-mine', 'w').write('')\n"
         "None",
     )
-    assert first["stdout"] == "42 1/3 parent tmp\n" and first["restored"] is True
+    # A live copy of the parent's interpreter: nothing was replayed.
+    assert first["stdout"] == "42 1/3 parent tmp\n" and first["restored"] is False
     await cell(client, parent, "x = 0\nopen('data.txt', 'w').write('parent later')")
     # Neither a sibling's later state and files nor the parent's reach a fork, and back.
     probe = "import os\nprint(x, open('data.txt').read(), os.path.exists('/tmp/only-mine'))"
@@ -67,6 +68,20 @@ async def test_forks_copy_the_state_then_live_apart(
     for session in (sibling, third, grandchild):
         assert (await client.delete(f"/sessions/{session}")).status_code == 204
     assert (await client.post(f"/sessions/{mine}/fork", json={"n": 1})).status_code == 404
+
+
+async def test_a_fork_of_a_session_not_live_is_rebuilt_from_its_records(
+    client: httpx.AsyncClient,
+) -> None:
+    parent = f"parent-{uuid.uuid4().hex}"
+    await cell(client, parent, "x = 41")
+    lost = await execute(client, code="while True: pass", session_id=parent, timeout=0.5)
+    assert lost["status"] == "timeout"  # its interpreter is gone; its records stay
+    (child,) = await fork(client, parent, 1)
+    first = await cell(client, child, "x + 1")
+    assert first["stdout"] == "42\n" and first["restored"] is True
+    for session in (parent, child):
+        assert (await client.delete(f"/sessions/{session}")).status_code == 204
 
 
 async def test_fork_files_given_by_the_parent_cells_are_copied(client: httpx.AsyncClient) -> None:

@@ -1,0 +1,105 @@
+"""Forked sessions at the jail level: copy-on-write copies of a live interpreter in its jail,
+each then on its own; hostile forks reach neither a sibling's state nor its files."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sandbox_service.execution import ExecutionSpec, Limits, Status
+from sandbox_service.jail.sessions import InterpreterGone, SessionPool
+from sandbox_service.settings import Settings
+
+LIMITS = Limits(timeout_s=10.0, memory_mb=512, max_processes=64, max_output_bytes=4096)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[SessionPool]:
+    settings = Settings(
+        cgroup_parent="rl-sandbox-test", max_sessions_per_worker=12, session_ttl_s=60
+    )
+    p = SessionPool(settings, slot=11, spares=1)
+    yield p
+    p.close()
+
+
+def run(pool: SessionPool, session: str, code: str) -> str:
+    outcome = pool.run_cell(session, ExecutionSpec(code=code, limits=LIMITS))
+    assert outcome.result.status == Status.OK, outcome.result
+    assert not outcome.restored
+    return outcome.result.stdout
+
+
+def test_forks_copy_the_interpreter_and_its_files_then_live_apart(pool: SessionPool) -> None:
+    run(pool, "p", "import fractions, os\nx = [41]\nopen('w.txt', 'w').write('parent')\nNone")
+    run(pool, "p", "open('/tmp/t.txt', 'w').write('tmp')\nf = fractions.Fraction(1, 3)\nNone")
+    started = time.perf_counter()
+    assert pool.fork("p", ["a", "b"]) == []
+    fork_s = time.perf_counter() - started
+    probe = "print(x, f, open('w.txt').read(), open('/tmp/t.txt').read(), sorted(os.listdir('.')))"
+    assert run(pool, "a", probe) == "[41] 1/3 parent tmp ['w.txt']\n"
+    run(pool, "a", "x.append('a')\nopen('w.txt', 'w').write('a')\nopen('mine', 'w').close()")
+    run(pool, "p", "x.append('p')\nopen('w.txt', 'w').write('p later')\nNone")
+    assert run(pool, "b", probe) == "[41] 1/3 parent tmp ['w.txt']\n"
+    assert run(pool, "a", probe) == "[41, 'a'] 1/3 a tmp ['mine', 'w.txt']\n"
+    assert run(pool, "p", probe) == "[41, 'p'] 1/3 p later tmp ['w.txt']\n"
+    # Each fork draws its own random numbers.
+    draws = {run(pool, s, "import random\nrandom.random()") for s in ("a", "b")}
+    assert len(draws) == 2
+    # A fork ends alone; the jail lives on for the others.
+    assert pool.end("a")
+    assert run(pool, "b", "x") == "[41]\n" and run(pool, "p", "len(x)") == "2\n"
+    print(f"fork of 2: {fork_s * 1000:.1f} ms")
+    pool.end("b")
+    pool.end("p")
+
+
+HOSTILE = """
+import os, signal
+me = os.getpid()
+found, read = [], []
+for name in os.listdir('/proc'):
+    if name.isdigit() and int(name) not in (1, me):
+        pid = int(name)
+        found.append(pid)
+        try:
+            with open(f'/proc/{pid}/mem', 'rb') as mem:
+                read.append(pid)
+        except OSError:
+            pass
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+print(len(found) > 0, read)
+"""
+
+
+def test_a_hostile_fork_reaches_no_sibling_state_and_a_killed_one_is_rebuilt(
+    pool: SessionPool,
+) -> None:
+    run(pool, "hp", "secret = 'before'")
+    pool.fork("hp", ["h1", "h2"])
+    run(pool, "h2", "secret = 'h2 only'\nopen('/tmp/h2', 'w').write('x')\nNone")
+    # h1 sees its siblings' processes (one jail) but cannot read their memory; it can kill them.
+    assert run(pool, "h1", HOSTILE) == "True []\n"
+    assert run(pool, "h1", "import os\nsecret, os.path.exists('/tmp/h2')") == "('before', False)\n"
+    # A killed sibling's next cell is for its worker to rebuild from its records.
+    with pytest.raises(InterpreterGone):
+        print(pool.run_cell("h2", ExecutionSpec(code="secret", limits=LIMITS)))
+    assert not pool.is_live("h2")
+    for session in ("h1", "hp"):
+        pool.end(session)
+
+
+def test_a_fork_that_times_out_ends_alone(pool: SessionPool) -> None:
+    run(pool, "tp", "y = 7")
+    pool.fork("tp", ["t1"])
+    short = Limits(timeout_s=0.5, memory_mb=512, max_processes=64, max_output_bytes=4096)
+    outcome = pool.run_cell("t1", ExecutionSpec(code="while True: pass", limits=short))
+    assert outcome.result.status == Status.TIMEOUT and not outcome.alive
+    assert run(pool, "tp", "y") == "7\n"
+    pool.end("tp")
