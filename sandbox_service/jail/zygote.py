@@ -1871,8 +1871,13 @@ class _Family:
         _kill_all_but(*self.pids())
         self._wait_stopped(key)
         leaving = self.members.get(self.current) if self.current is not None else None
-        if leaving is not None:
-            leaving.files = _snapshot_scratch()
+        if leaving is not None and self.current is not None:
+            try:
+                leaving.files = _snapshot_scratch()
+            except (OSError, ValueError, RecursionError):
+                # A tree it made unreadable: that member's live state is given up, and its
+                # session rebuilt from its records at its next cell.
+                self.drop(self.current)
         _wipe_scratch()
         arriving = self.members[key]
         if arriving.files:
@@ -2058,12 +2063,15 @@ def serve_session(sock: socket.socket) -> None:
         try:
             family.switch_to(request.member)
         except (OSError, RuntimeError, ValueError) as exc:
-            # Its files could not be set aside or put back: end the family here (the worker
-            # rebuilds each session from its records).
+            # Its files could not be put back, or processes outlived SIGKILL: this member's
+            # session (all of them, for the latter) is rebuilt from its records.
             for fd in fds:
                 os.close(fd)
-            send_frame(sock, protocol.RunReply(setup_error=f"session switch: {exc}").to_wire())
-            break
+            family.drop(request.member)
+            send_frame(sock, protocol.RunReply(setup_error=protocol.INTERPRETER_GONE).to_wire())
+            if isinstance(exc, RuntimeError) or not family.members:
+                break
+            continue
         try:
             _write_files(request.files)
         except (OSError, ValueError) as exc:

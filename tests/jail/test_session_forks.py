@@ -103,3 +103,16 @@ def test_a_fork_that_times_out_ends_alone(pool: SessionPool) -> None:
     assert outcome.result.status == Status.TIMEOUT and not outcome.alive
     assert run(pool, "tp", "y") == "7\n"
     pool.end("tp")
+
+
+def test_a_fork_whose_files_cannot_be_set_aside_gives_up_only_its_own_live_state(
+    pool: SessionPool,
+) -> None:
+    run(pool, "up", "z = 3")
+    pool.fork("up", ["u1"])
+    run(pool, "u1", "import os\nos.mkdir('locked')\nos.chmod('locked', 0)")
+    assert run(pool, "up", "import os\nz, os.listdir('.')") == "(3, [])\n"
+    with pytest.raises(InterpreterGone):
+        pool.run_cell("u1", ExecutionSpec(code="z", limits=LIMITS))
+    assert run(pool, "up", "z") == "3\n"
+    pool.end("up")

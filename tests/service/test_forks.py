@@ -84,6 +84,28 @@ async def test_a_fork_of_a_session_not_live_is_rebuilt_from_its_records(
         assert (await client.delete(f"/sessions/{session}")).status_code == 204
 
 
+async def test_a_fork_killed_by_a_sibling_is_rebuilt_with_its_own_cells(
+    client: httpx.AsyncClient,
+) -> None:
+    parent = f"parent-{uuid.uuid4().hex}"
+    await cell(client, parent, "import os, signal\nx = [1]")
+    victim, attacker = await fork(client, parent, 2)
+    await cell(client, victim, "x.append('victim')")
+    kill_all = (
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit() and int(p) not in (1, os.getpid()):\n"
+        "        try:\n            os.kill(int(p), signal.SIGKILL)\n"
+        "        except OSError:\n            pass"
+    )
+    await cell(client, attacker, kill_all)
+    # The victim's state comes back from its records: the parent's cell, then its own.
+    rebuilt = await cell(client, victim, "x")
+    assert rebuilt["stdout"] == "[1, 'victim']\n" and rebuilt["restored"] is True
+    assert (await cell(client, parent, "x"))["stdout"] == "[1]\n"
+    for session in (parent, victim, attacker):
+        assert (await client.delete(f"/sessions/{session}")).status_code == 204
+
+
 async def test_fork_files_given_by_the_parent_cells_are_copied(client: httpx.AsyncClient) -> None:
     parent = f"parent-{uuid.uuid4().hex}"
     data = base64.b64encode(b"\x00\x01uploaded").decode()
