@@ -131,6 +131,9 @@ def start_service(workers: int, max_sessions: int) -> PrivateService:
         "sandbox_uid_base": "67000",
         "log_level": "WARNING",
         "max_sessions_per_worker": str(max_sessions),
+        # 64 sessions replaying at once on two workers wait minutes in the queue, not 60 s.
+        "queue_deadline_s": "300",
+        "client_response_margin_s": "600",
     }
     return PrivateService(settings).start()
 

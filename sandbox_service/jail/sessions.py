@@ -181,6 +181,9 @@ class SessionPool:
                     self._replay(live, spec, history)
                     restored = True
             self._live.move_to_end(session_id)
+            if live.family is not None:  # the family's other interpreters count as processes
+                more = spec.limits.max_processes + len(live.family) - 1
+                spec = replace(spec, limits=replace(spec.limits, max_processes=more))
             reply = live.jail.run(spec, cancel, member=live.member)
             live.last_used = time.monotonic()  # idle from the end of its last cell
             if reply.setup_error == INTERPRETER_GONE:
@@ -249,6 +252,11 @@ class SessionPool:
         evicted = self._make_room(len(forks))
         if session_id in evicted:
             raise JailFailure("the session was evicted")
+        # Room in the pids limit for the copies (and the middle process of each double fork);
+        # the next cell sets its own limits again.
+        family_size = 1 if live.family is None else len(live.family)
+        processes = self._settings.default_max_processes + family_size + len(forks)
+        live.cgroups.prepare_execution(self._settings.max_memory_mb, processes)
         members = live.jail.fork(live.member, len(forks))
         family = live.family if live.family is not None else {session_id}
         live.family = family

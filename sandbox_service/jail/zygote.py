@@ -1727,13 +1727,20 @@ def _fork_interpreter(channel: socket.socket, fds: list[int]) -> socket.socket:
     # Non-dumpable from here on, this process and its copies: their memory and /proc files are
     # then no sibling's to read or write (the same uid would otherwise be enough).
     _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    middle = os.fork()
+    try:
+        middle = os.fork()
+    except OSError:  # the pids limit: no copy (closing its channel tells the zygote at once)
+        os.close(fds[0])
+        return channel
     if middle == 0:
-        if os.fork() != 0:
-            os._exit(0)
+        try:
+            if os.fork() != 0:
+                os._exit(0)
+        except OSError:
+            os._exit(1)
         channel.close()
         copy = socket.socket(fileno=fds[0])
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + FORK_HELLO_DEADLINE_S / 2
         while os.getppid() != 1 and time.monotonic() < deadline:
             time.sleep(0.0002)
         _reseed_random()  # each fork draws its own numbers (a seeded cell seeds them again)
@@ -1837,7 +1844,8 @@ class _Member:
         self.channel.close()
 
 
-FORK_HELLO_DEADLINE_S = 5.0
+FORK_HELLO_DEADLINE_S = 10.0
+"""How long the zygote waits for each copy's hello (a loaded host delays the middle's exit)."""
 MAX_MEMBERS = 4096
 _UCRED = struct.Struct("3i")
 

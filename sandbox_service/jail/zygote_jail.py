@@ -165,11 +165,12 @@ class ZygoteJail:
         self.cgroups.add_process(self.zygote_pid)
         send_frame(ours, Control("serve").to_wire())
 
-    def fork(self, member: int, n: int, timeout_s: float = 30.0) -> list[int]:
+    def fork(self, member: int, n: int, timeout_s: float | None = None) -> list[int]:
         """Session mode: fork interpreter `member` n times; the new members' numbers.
         JailFailure when the zygote could not (the jail stays sound) or stops answering."""
         if self._sock is None:
             raise JailFailure("jail not started")
+        timeout_s = 20.0 + n if timeout_s is None else timeout_s
         try:
             send_frame(self._sock, ForkMembers(member, n).to_wire())
             if not select.select([self._sock], [], [], timeout_s)[0]:

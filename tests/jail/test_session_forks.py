@@ -116,3 +116,17 @@ def test_a_fork_whose_files_cannot_be_set_aside_gives_up_only_its_own_live_state
         pool.run_cell("u1", ExecutionSpec(code="z", limits=LIMITS))
     assert run(pool, "up", "z") == "3\n"
     pool.end("up")
+
+
+def test_forks_fit_under_a_small_process_limit(pool: SessionPool) -> None:
+    few = Limits(timeout_s=10.0, memory_mb=512, max_processes=4, max_output_bytes=4096)
+    assert pool.run_cell("pp", ExecutionSpec(code="w = 5", limits=few)).alive
+    pool.fork("pp", [f"pp{i}" for i in range(8)])
+    # Each cell may still start its own processes, beside the family's nine interpreters.
+    code = "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'pass'], check=True)\nw"
+    for session in ("pp7", "pp0", "pp"):
+        outcome = pool.run_cell(session, ExecutionSpec(code=code, limits=few))
+        assert outcome.result.stdout == "5\n", outcome.result
+    pool.end("pp")
+    for i in range(8):
+        pool.end(f"pp{i}")
