@@ -1677,7 +1677,7 @@ def session_interpreter(channel: socket.socket) -> None:
         devnull = os.open("/dev/null", os.O_RDWR)
         while True:
             try:
-                message, fds = recv_frame(channel, max_fds=4)
+                message, fds = recv_frame(channel, max_fds=FORK_BATCH)
                 if message.get("op") == FORK:
                     channel = _fork_interpreter(channel, fds)
                     continue
@@ -1712,43 +1712,51 @@ def session_interpreter(channel: socket.socket) -> None:
 FORK = "fork"
 """The op of the frame the zygote sends an interpreter between cells to fork it; the one
 descriptor with it is the fork's channel."""
+FORK_BATCH = 64
+"""Copies asked for in one fork frame (one descriptor each, one middle process)."""
 HELLO = b"h"
 """A fork's first byte on its channel: the kernel attaches its pid (SCM_CREDENTIALS)."""
 
 
 def _fork_interpreter(channel: socket.socket, fds: list[int]) -> socket.socket:
-    """In an interpreter told to fork: make a copy of this process that is the zygote's child
-    (a double fork: the middle process exits, the copy is reparented to PID 1) and serves the
-    channel passed in; the channel this process goes on with (the copy: the new one)."""
-    if len(fds) != 1:
-        for fd in fds:
-            os.close(fd)
-        return channel
+    """In an interpreter told to fork: one copy of this process per descriptor passed, each the
+    zygote's child (a middle process forks them all and exits, so they are reparented to PID 1)
+    serving its descriptor as its channel; the channel this process goes on with (a copy: its
+    new one). A copy that cannot be made leaves its descriptor closed: the zygote sees EOF."""
     # Non-dumpable from here on, this process and its copies: their memory and /proc files are
     # then no sibling's to read or write (the same uid would otherwise be enough).
     _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     try:
         middle = os.fork()
-    except OSError:  # the pids limit: no copy (closing its channel tells the zygote at once)
-        os.close(fds[0])
-        return channel
+    except OSError:  # the pids limit: no copy
+        middle = -1
     if middle == 0:
-        try:
-            if os.fork() != 0:
-                os._exit(0)
-        except OSError:
-            os._exit(1)
-        channel.close()
-        copy = socket.socket(fileno=fds[0])
-        deadline = time.monotonic() + FORK_HELLO_DEADLINE_S / 2
-        while os.getppid() != 1 and time.monotonic() < deadline:
-            time.sleep(0.0002)
-        _reseed_random()  # each fork draws its own numbers (a seeded cell seeds them again)
-        copy.sendall(HELLO)
-        return copy
-    os.close(fds[0])
-    os.waitpid(middle, 0)
+        for mine in fds:
+            try:
+                copy_pid = os.fork()
+            except OSError:
+                os._exit(1)
+            if copy_pid == 0:
+                for other in fds:
+                    if other != mine:
+                        os.close(other)
+                channel.close()
+                return _become_copy(socket.socket(fileno=mine))
+        os._exit(0)
+    for fd in fds:
+        os.close(fd)
+    if middle > 0:
+        os.waitpid(middle, 0)
     return channel
+
+
+def _become_copy(copy: socket.socket) -> socket.socket:
+    deadline = time.monotonic() + FORK_HELLO_DEADLINE_S / 2
+    while os.getppid() != 1 and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    _reseed_random()  # each fork draws its own numbers (a seeded cell seeds them again)
+    copy.sendall(HELLO)
+    return copy
 
 
 def _cell_limits(limits: protocol.RunLimits) -> None:
@@ -1918,43 +1926,66 @@ class _Family:
         parent = self.members[key]
         _drain(parent.channel)
         made: list[int] = []
-        for _ in range(n):
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            try:
-                send_frame(parent.channel, {"op": FORK}, [theirs.fileno()])
-            finally:
-                theirs.close()
-            try:
-                pid = _await_fork(ours, set(self.pids()))
-            except (RuntimeError, OSError):
-                ours.close()
-                for new in made:
-                    self.drop(new)
-                raise
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-            self.members[self._next] = _Member(pid, os.pidfd_open(pid), ours)
-            made.append(self._next)
-            self._next += 1
+        ours: list[socket.socket] = []
+        try:
+            for first in range(0, n, FORK_BATCH):
+                theirs = []
+                for _ in range(min(FORK_BATCH, n - first)):
+                    mine, their = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                    mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+                    ours.append(mine)
+                    theirs.append(their)
+                try:
+                    send_frame(parent.channel, {"op": FORK}, [t.fileno() for t in theirs])
+                finally:
+                    for their in theirs:
+                        their.close()
+            known = set(self.pids())
+            for channel, pid in _await_forks(ours, known):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                self.members[self._next] = _Member(pid, os.pidfd_open(pid), channel)
+                ours.remove(channel)
+                made.append(self._next)
+                self._next += 1
+        except (RuntimeError, OSError):
+            for channel in ours:
+                channel.close()
+            for new in made:
+                self.drop(new)
+            raise
         files = _snapshot_scratch()
         for new in made:
             self.members[new].files = files  # one copy, shared until each one's turn
         return made
 
 
-def _await_fork(ours: socket.socket, known: set[int]) -> int:
-    """The pid of the copy that says hello on `ours`: the kernel's, not the copy's word."""
-    if not select.select([ours], [], [], FORK_HELLO_DEADLINE_S)[0]:
-        raise RuntimeError("the interpreter did not fork")
-    data, ancillary, _flags, _addr = ours.recvmsg(1, socket.CMSG_SPACE(_UCRED.size))
-    pid = 0
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-            pid = _UCRED.unpack(payload[: _UCRED.size])[0]
-    if data != HELLO or pid <= 1 or pid in known or _parent_of(pid) != 1:
-        raise RuntimeError("the fork's hello is not from a new child of the zygote")
-    return pid
+def _await_forks(
+    channels: list[socket.socket], known: set[int]
+) -> list[tuple[socket.socket, int]]:
+    """Each channel's copy and its pid, as the kernel gives it with the copy's hello
+    (SCM_CREDENTIALS), never the copy's word: a new child of the zygote, each a different one.
+    RuntimeError when one does not come within the deadline or is not such a child."""
+    waiting = {channel.fileno(): channel for channel in channels}
+    found: list[tuple[socket.socket, int]] = []
+    deadline = time.monotonic() + FORK_HELLO_DEADLINE_S
+    while waiting:
+        remaining = deadline - time.monotonic()
+        ready = select.select(list(waiting), [], [], max(remaining, 0))[0] if remaining > 0 else []
+        if not ready:
+            raise RuntimeError("the interpreter did not fork")
+        for fd in ready:
+            channel = waiting.pop(fd)
+            data, ancillary, _flags, _addr = channel.recvmsg(1, socket.CMSG_SPACE(_UCRED.size))
+            pid = 0
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = _UCRED.unpack(payload[: _UCRED.size])[0]
+            if data != HELLO or pid <= 1 or pid in known or _parent_of(pid) != 1:
+                raise RuntimeError("a fork's hello is not from a new child of the zygote")
+            known.add(pid)
+            found.append((channel, pid))
+    return found
 
 
 def _parent_of(pid: int) -> int:
