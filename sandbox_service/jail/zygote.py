@@ -1960,9 +1960,7 @@ class _Family:
         return made
 
 
-def _await_forks(
-    channels: list[socket.socket], known: set[int]
-) -> list[tuple[socket.socket, int]]:
+def _await_forks(channels: list[socket.socket], known: set[int]) -> list[tuple[socket.socket, int]]:
     """Each channel's copy and its pid, as the kernel gives it with the copy's hello
     (SCM_CREDENTIALS), never the copy's word: a new child of the zygote, each a different one.
     RuntimeError when one does not come within the deadline or is not such a child."""
