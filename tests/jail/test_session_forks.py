@@ -89,7 +89,7 @@ def test_a_hostile_fork_reaches_no_sibling_state_and_a_killed_one_is_rebuilt(
     assert run(pool, "h1", "import os\nsecret, os.path.exists('/tmp/h2')") == "('before', False)\n"
     # A killed sibling's next cell is for its worker to rebuild from its records.
     with pytest.raises(InterpreterGone):
-        print(pool.run_cell("h2", ExecutionSpec(code="secret", limits=LIMITS)))
+        pool.run_cell("h2", ExecutionSpec(code="secret", limits=LIMITS))
     assert not pool.is_live("h2")
     for session in ("h1", "hp"):
         pool.end(session)
