@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2
+DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2 g++
 # One venv whose installed extras grow with the targets run: `make setup` (hence `make run`)
 # installs the service alone; a target that needs an extra installs it once, stamped by
 # .installed-<extra> and redone when pyproject.toml changes. uv keeps a package cache

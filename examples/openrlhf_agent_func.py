@@ -9,8 +9,8 @@ turn. A turn holding `<tool_call>` blocks (rStar2-Agent's format: `jupyter_code`
 turn without one is the final answer, rewarded 1.0 when its last \\boxed{} equals the label. The
 episode's session ends then.
 
-Tested by tests/integrations/test_trl_openrlhf_service.py (OpenRLHF 0.11.2's agent interface,
-driven as its MultiTurnAgentExecutor drives it; not a training run, which needs GPUs).
+Tested by tests/integrations/test_trl_openrlhf_service.py (OpenRLHF 0.11.2: an episode through
+its MultiTurnAgentExecutor.execute with a scripted engine; not a training run, which needs GPUs).
 """
 
 from __future__ import annotations
@@ -29,10 +29,26 @@ MAX_TOOL_TURNS = 8
 _CLIENTS = ClientPerLoop(service_address())
 
 
-def tool_turn(responses: list[str]) -> str:
-    """The user turn that carries tool responses (Qwen's chat format, as the model was prompted)."""
+END_OF_TURN = "<|im_end|>"
+
+
+def tool_turn(responses: list[str], turn_ended: bool = True) -> str:
+    """The user turn that carries tool responses (Qwen's chat format, as the model was prompted).
+
+    OpenRLHF appends this text's tokens to the action's tokens. A turn that ended on the
+    model's end-of-turn token (its EOS: how a generation without stop strings ends) already holds
+    `<|im_end|>` there (vLLM keeps it in the token ids and drops it from the text), so it is not
+    repeated; a turn cut by a stop string did not emit it, so the feedback closes the turn first.
+    """
     body = "\n".join(f"<tool_response>\n{text}\n</tool_response>" for text in responses)
-    return f"<|im_end|>\n<|im_start|>user\n{body}<|im_end|>\n<|im_start|>assistant\n"
+    close = "" if turn_ended else END_OF_TURN
+    return f"{close}\n<|im_start|>user\n{body}{END_OF_TURN}\n<|im_start|>assistant\n"
+
+
+def ended_on_end_of_turn(states: dict[str, Any]) -> bool:
+    """Whether the action ended on the model's EOS: always, unless stop strings are configured
+    (then a turn may end on one of them, without an EOS)."""
+    return not getattr(states.get("sampling_params"), "stop", None)
 
 
 class AgentInstance(AgentInstanceBase):
@@ -55,7 +71,8 @@ class AgentInstance(AgentInstanceBase):
                 await execute_tool_call(client, call, session_id=self.session.id, max_chars=2048)
                 for call in calls
             ]
-            return self._result(0.0, tool_turn(responses), done=False, states=states)
+            feedback = tool_turn(responses, ended_on_end_of_turn(states))
+            return self._result(0.0, feedback, done=False, states=states)
         (score,) = await grade_responses(
             [states["action_text"]], [states["label"]], address=_CLIENTS.address
         )

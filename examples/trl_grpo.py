@@ -9,8 +9,8 @@
   reads from the docstring. Each rollout gets a fresh session (one interpreter); `reset` ends the
   previous rollout's.
 
-Tested by tests/integrations/test_trl_openrlhf_service.py (TRL 1.16, calls made as TRL makes
-them; not a full training run, which needs a model).
+Tested by tests/integrations/test_trl_openrlhf_service.py (TRL 1.16: calls made as TRL makes
+them, and one GRPOTrainer.train() step on a tiny model that calls the tool and answers).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from trainer_client.integrations.clients import shared_sync_client
-from trainer_client.integrations.reward import grade_responses, service_address
+from trainer_client.integrations.reward import grade_or_none, met_infrastructure, service_address
 from trainer_client.sync import SyncSession
 from trainer_client.tools import format_tool_response
 
@@ -31,12 +31,24 @@ def completion_text(completion: Any) -> str:
     return "".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
 
 
+def tool_responses(completion: Any) -> list[str]:
+    """The tool messages of a conversational completion (none for a plain string)."""
+    if isinstance(completion, str):
+        return []
+    return [str(m.get("content") or "") for m in completion if m.get("role") == "tool"]
+
+
 async def correct_answer_reward(
     completions: list[Any], answer: list[str], **kwargs: Any
-) -> list[float]:
-    """1.0 when the completion's last \\boxed{} equals the dataset's `answer`, else 0.0."""
+) -> list[float | None]:
+    """1.0 when the completion's last \\boxed{} equals the dataset's `answer`, else 0.0; None
+    (TRL's "no reward") when a tool call met an infrastructure status or the answer could not
+    be judged."""
     texts = [completion_text(c) for c in completions]
-    return await grade_responses(texts, answer, address=service_address())
+    infrastructure = [met_infrastructure(tool_responses(c)) for c in completions]
+    return await grade_or_none(
+        texts, answer, address=service_address(), infrastructure=infrastructure
+    )
 
 
 class PythonSandbox:

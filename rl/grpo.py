@@ -30,7 +30,7 @@ from rl.config import GRPOConfig
 from rl.logprobs import ResponseBatch, pad_responses, response_logprobs
 from rl.loss import policy_loss
 from rl.parallel.distributed import backward_over_ranks, gather_objects, my_micro_batches
-from rl.penalties import total_penalty
+from rl.penalties import is_infrastructure_failure, total_penalty
 from rl.roc import roc_select
 from rl.trajectory import Trajectory
 
@@ -48,6 +48,15 @@ class Selection:
     """Groups whose rewards were all equal (no signal)."""
     kept_pos: int = 0
     kept_neg: int = 0
+    infra_masked: int = 0
+    """Rollouts left out because a tool call met an infrastructure status (met_infrastructure)."""
+
+
+def met_infrastructure(trajectory: Trajectory) -> bool:
+    """Whether a tool call of the rollout got an infrastructure status (queue_timeout,
+    sandbox_error, cancelled, deadline_exceeded): the model read a response that says nothing of
+    its program, so neither its reward nor its tokens are evidence about the policy."""
+    return any(is_infrastructure_failure(record) for record in trajectory.tool_results)
 
 
 def final_rewards(trajectories: Sequence[Trajectory], correct: Sequence[float]) -> list[float]:
@@ -61,12 +70,24 @@ def select_and_weigh(
     config: GRPOConfig,
     rng: random.Random,
 ) -> Selection:
-    """Resample-on-Correct within each group, then group advantages over the kept ones."""
+    """Resample-on-Correct within each group, then group advantages over the kept ones.
+
+    Rollouts that met an infrastructure status are kept out first (not resampled): the group's
+    other rollouts are ranked and weighed among themselves, as a smaller group (docs/rl.md).
+    """
     groups: dict[int, list[int]] = defaultdict(list)
+    masked = 0
     for i, t in enumerate(trajectories):
-        groups[t.group].append(i)
-    selection = Selection(groups=len(groups))
+        if met_infrastructure(t):
+            masked += 1
+            groups.setdefault(t.group, [])
+        else:
+            groups[t.group].append(i)
+    selection = Selection(groups=len(groups), infra_masked=masked)
     for members in groups.values():
+        if not members:
+            selection.dropped_groups += 1
+            continue
         penalties = [
             total_penalty(
                 trajectories[i].response_text,

@@ -26,7 +26,9 @@ from rl.config import ErrDetector, FormatRule
 FAILED_STATUSES = frozenset({"error", "timeout", "memory_limit", "killed", "parse_error"})
 """Statuses of a call that failed by the model's doing: the service's (ExecuteResult.status) plus
 "parse_error", which the rollout loop records for a tool call it could not decode or dispatch."""
-INFRASTRUCTURE_STATUSES = frozenset({"queue_timeout", "sandbox_error"})
+INFRASTRUCTURE_STATUSES = frozenset(
+    {"queue_timeout", "sandbox_error", "cancelled", "deadline_exceeded"}
+)
 """Statuses of a call the service could not run or answer: the program is not to blame (a busy
 queue, a lost worker, a client that gave up), so Resample-on-Correct must not rank by them."""
 OK_STATUSES = frozenset({"ok"})
@@ -58,7 +60,8 @@ def is_failed(result: ToolResult | Mapping[str, Any]) -> bool:
 
 
 def is_infrastructure_failure(result: ToolResult | Mapping[str, Any]) -> bool:
-    """Whether the service could not run or answer the call (queue_timeout, sandbox_error)."""
+    """Whether the service could not run or answer the call (queue_timeout, sandbox_error,
+    cancelled, deadline_exceeded)."""
     return _status(result) in INFRASTRUCTURE_STATUSES
 
 

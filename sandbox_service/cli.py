@@ -63,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="reports/bench", help="directory of the report and plot")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    mcp = sub.add_parser(
+        "mcp", help="an MCP server on stdio whose python tools run on a running service (mcp extra)"
+    )
+    mcp.add_argument(
+        "--url", default=None, help="the service (default: RL_SANDBOX_URL, else 127.0.0.1:8000)"
+    )
+    mcp.add_argument("--max-timeout", type=float, default=60.0, help="the service's max_timeout")
+
     train = sub.add_parser("train", help="GRPO-RoC training from a config file (rl extra)")
     source = train.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="run configuration (TOML)")
@@ -127,6 +135,13 @@ def _run(args: argparse.Namespace) -> int:
         from rl.run.evaluate import eval_command
 
         return eval_command(args)
+    if args.command == "mcp":
+        import os
+
+        from sandbox_service.api.compat.mcp_server import run_stdio
+
+        url = args.url or os.environ.get("RL_SANDBOX_URL", "http://127.0.0.1:8000")
+        return run_stdio(url, os.environ.get("RL_SANDBOX_API_KEY"), args.max_timeout)
     if args.command == "bench":
         from sandbox_service.bench.command import bench_command
 

@@ -82,6 +82,21 @@ class ProgramError:
     """The lines Python printed for it, "Traceback (most recent call last):" first."""
 
 
+@dataclass(frozen=True, slots=True)
+class CompileOutcome:
+    """The compile step of a compiled language's program (C++), in the terms of a run."""
+
+    status: Status
+    """ok, error (the compiler refused the source), timeout, memory_limit, killed."""
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    """The compiler's messages."""
+    wall_time: float = 0.0
+    cached: bool = False
+    """The binary came from this host's cache: nothing was compiled."""
+
+
 Display = dict[str, str]
 """One rich output: MIME type -> data (`image/png` base64, `text/plain`)."""
 
@@ -117,6 +132,8 @@ class ExecutionResult:
     display: tuple[Display, ...] = ()
     """Rich outputs in the order produced: open figures as image/png, a cell's value."""
     error: ProgramError | None = None
+    compile: CompileOutcome | None = None
+    """A compiled language's compile step (None for Python)."""
 
     @classmethod
     def failure(cls, status: Status, message: str, execution_id: str = "") -> ExecutionResult:

@@ -13,7 +13,14 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits, ProgramError, Status
+from sandbox_service.execution import (
+    CompileOutcome,
+    ExecutionResult,
+    ExecutionSpec,
+    Limits,
+    ProgramError,
+    Status,
+)
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -52,6 +59,15 @@ class JobPayload:
     """Seeds the jail's preloaded random generators (None: fresh entropy)."""
     fork_to: tuple[str, ...] = ()
     """Not a cell: fork the session `session_id` into these new sessions (internal ids)."""
+    group: str | None = None
+    """The group's internal id (the tenant's scoped label), or None."""
+    deadline: float = 0.0
+    """Epoch seconds past which the result is no longer wanted (0: none): a worker does not
+    start it then, and stops it there (`deadline_exceeded`)."""
+    language: str = "python"
+    """`python`, or `cpp` (compiled in the jail first: jail/cpp.py)."""
+    tenant: str = "default"
+    """The tenant whose request this is: its compiled binaries are its own."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict stored in the RQ job."""
@@ -80,6 +96,13 @@ class JobPayload:
             wire["sd"] = self.seed
         if self.fork_to:
             wire["fk"] = list(self.fork_to)
+        if self.group is not None:
+            wire["g"] = self.group
+        if self.deadline:
+            wire["dl"] = self.deadline
+        if self.language != "python":
+            wire["lg"] = self.language
+            wire["tn"] = self.tenant
         return wire
 
     @staticmethod
@@ -108,6 +131,10 @@ class JobPayload:
             end_session=bool(wire.get("e", 0)),
             seed=None if wire.get("sd") is None else int(wire["sd"]),
             fork_to=tuple(str(child) for child in wire.get("fk", ())),
+            group=wire.get("g"),
+            deadline=float(wire.get("dl", 0.0)),
+            language=str(wire.get("lg", "python")),
+            tenant=str(wire.get("tn", "default")),
         )
 
     def budget_timeout_s(self, max_timeout_s: float) -> float:
@@ -115,17 +142,31 @@ class JobPayload:
         session's earlier cells (each under the cell's own limit), so it gets the server's most."""
         return max(self.timeout_s, max_timeout_s) if self.session_id is not None else self.timeout_s
 
+    def compile_budget_s(self, settings: Settings) -> float:
+        """Seconds a compiled program may compile before it runs (0 for Python)."""
+        return 0.0 if self.language == "python" else settings.cpp_compile_timeout_s
+
     def worker_budget_s(self, settings: Settings) -> float:
         """How long a worker may hold this job (RQ's job timeout)."""
-        return settings.job_timeout_s(self.budget_timeout_s(settings.max_timeout))
+        program_s = self.budget_timeout_s(settings.max_timeout) + self.compile_budget_s(settings)
+        return settings.job_timeout_s(program_s)
 
     def api_wait_s(self, settings: Settings) -> float:
         """How long the API waits for this job's result before answering sandbox_error."""
-        return settings.api_wait_s(self.budget_timeout_s(settings.max_timeout))
+        program_s = self.budget_timeout_s(settings.max_timeout) + self.compile_budget_s(settings)
+        return settings.api_wait_s(program_s)
 
     def retried(self, now: float, queue_deadline_s: float) -> JobPayload:
-        """The payload of the second attempt, with a fresh queue deadline."""
-        return replace(self, attempt=self.attempt + 1, start_by=now + queue_deadline_s)
+        """The payload of the second attempt, with a fresh queue deadline (never past the
+        request's own deadline)."""
+        start_by = now + queue_deadline_s
+        if self.deadline:
+            start_by = min(start_by, self.deadline)
+        return replace(self, attempt=self.attempt + 1, start_by=start_by)
+
+    def past_deadline(self, now: float) -> bool:
+        """Whether the request's own deadline has passed."""
+        return bool(self.deadline) and now >= self.deadline
 
     def to_spec(self, execution_id: str, limits: Limits) -> ExecutionSpec:
         """The ExecutionSpec a worker hands its executor; `limits` carries the host's caps."""
@@ -164,6 +205,8 @@ def result_to_wire(result: ExecutionResult, execution_id: str | None = None) -> 
             value = list(value)
         elif name == "error" and value is not None:
             value = _error_to_wire(value)
+        elif name == "compile" and value is not None:
+            value = _compile_to_wire(value)
         elif name == "status":
             value = str(value)
         elif name in INTERNAL_FIELDS and value is None:
@@ -172,6 +215,17 @@ def result_to_wire(result: ExecutionResult, execution_id: str | None = None) -> 
     if execution_id is not None:
         wire["id"] = execution_id
     return wire
+
+
+def _compile_to_wire(outcome: CompileOutcome) -> dict[str, Any]:
+    return {
+        "status": str(outcome.status),
+        "exit_code": outcome.exit_code,
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "wall_time": outcome.wall_time,
+        "cached": outcome.cached,
+    }
 
 
 def _error_to_wire(error: ProgramError) -> dict[str, Any]:

@@ -17,11 +17,29 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:cancelled:<xid>` | marker: its client left | API | workers, at start | job budget |
 | `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
+| `<queue>:group:<g>` | set: group's unanswered ids, `-` | API, workers | any API | group TTL |
+| `<queue>:gsessions:<g>` | set: sessions of group `<g>` | API | any API (cancel) | group TTL |
+| `rq:queue:<queue>:t:<tenant>` | list: a tenant's shared queue | API | workers | dequeued |
+| `<queue>:tenants` | hash: tenant -> weight | API (start, every 10 s) | workers | none |
+| `<queue>:in-flight:<tenant>` | zset: execution id -> give-up time | API | API | pruned |
+| `<queue>:sessions-of:<tenant>` | zset: session id -> expiry | API | API | pruned |
+| `<queue>:e2b:<sid>` | string: JSON E2B sandbox record | API | API | the sandbox's timeout |
+| `<queue>:e2b-contexts:<sid>` | hash: context id -> JSON | API | API | the sandbox's timeout |
+| `<queue>:e2b-owned:<tenant>` | zset: sandbox id -> end (epoch s) | API | API (list) | pruned |
+
+Tenant "default" (an open server, or a single `api_key`) uses the shared queue `<queue>` itself,
+so a deployment without a tenants file has the keys it always had. The two tenant zsets exist only
+for tenants with a quota; their members carry the time they stop counting, so that an API replica
+that dies with calls in flight leaks nothing past that time.
 
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
-since the session's last use. A session's two keys have different prefixes (not
-`session:<id>:cells`) so that no session id, whatever it contains, names another session's key.
+since the session's last use. `<g>` is a group's internal id (`tenancy.scoped`: the tenant's name,
+`/`, the client's label), so a group of one tenant never names another's; the member `-` (never
+an execution id) marks a group as used, so a group whose calls all ended is still known (its
+TTL: the session TTL plus the longest wait of a call, renewed at each admission). A session's
+two keys have different prefixes (not `session:<id>:cells`) so that no session id, whatever it
+contains, names another session's key.
 """
 
 from __future__ import annotations
@@ -88,6 +106,55 @@ def cancel_list(queue: str, worker: str) -> str:
     return f"{queue}:cancel:{worker}"
 
 
+def group(queue: str, group_id: str) -> str:
+    """Set of the execution ids of one group not yet answered (and the marker GROUP_USED)."""
+    return f"{queue}:group:{group_id}"
+
+
+GROUP_USED = "-"
+"""The member of a group's set that says the group was used (never an execution id)."""
+
+
+def group_sessions(queue: str, group_id: str) -> str:
+    """Set of the session ids that ran a cell of one group (ended when the group is cancelled)."""
+    return f"{queue}:gsessions:{group_id}"
+
+
 def worker_stats(queue: str, worker: str) -> str:
     """One worker's own counters (JSON), refreshed with its heartbeat, read by `/metrics`."""
     return f"{queue}:stats:{worker}"
+
+
+def tenant_queue(queue: str, tenant: str) -> str:
+    """The RQ queue name of a tenant's shared queue (tenant "default": the shared queue)."""
+    return queue if tenant == "default" else f"{queue}:t:{tenant}"
+
+
+def in_flight(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's admitted, unanswered execution ids, scored by give-up time."""
+    return f"{queue}:in-flight:{tenant}"
+
+
+def tenant_sessions(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's live session ids (internal), scored by their expiry."""
+    return f"{queue}:sessions-of:{tenant}"
+
+
+def tenants(queue: str) -> str:
+    """Hash of the tenants the API serves (name -> weight): which queues workers listen on."""
+    return f"{queue}:tenants"
+
+
+def e2b_sandbox(queue: str, sandbox_id: str) -> str:
+    """One E2B-compatible sandbox's record (JSON), expiring with the sandbox."""
+    return f"{queue}:e2b:{sandbox_id}"
+
+
+def e2b_contexts(queue: str, sandbox_id: str) -> str:
+    """Hash of one E2B sandbox's code contexts: context id -> JSON (cwd, language, cells run)."""
+    return f"{queue}:e2b-contexts:{sandbox_id}"
+
+
+def e2b_owned(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's E2B sandbox ids scored by their end (epoch seconds)."""
+    return f"{queue}:e2b-owned:{tenant}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -16,6 +17,13 @@ from pydantic_settings import (
 )
 
 from sandbox_service.execution import Limits
+from sandbox_service.tenancy import DEFAULT_TENANT, Tenant
+from sandbox_service.tenants_file import (
+    Credential,
+    TenantsFileError,
+    load_credentials,
+    single_key,
+)
 
 ExecutorMode = Literal["warm", "cold"]
 
@@ -67,21 +75,40 @@ class Settings(BaseSettings):
     # --- request limits (API spec) ---
     max_code_bytes: int = Field(262144, ge=1)
     """Largest accepted `code`, in bytes."""
-    max_timeout: float = Field(60.0, gt=0)
-    """Largest accepted `timeout`, in seconds."""
+    max_timeout: float = Field(60.0, ge=0.001)
+    """Largest accepted `timeout`, in seconds (every route refuses one under 0.001, the jail's
+    floor: trainer_client.wire.MIN_TIMEOUT_S)."""
     max_memory_mb: int = Field(8192, ge=16)
     """Largest accepted `memory_mb`."""
     max_output_bytes: int = Field(65536, ge=1)
     """Cap on stdout and on stderr of each execution; the excess is discarded and flagged."""
     max_batch: int = Field(1024, ge=1)
     """Most requests in one /execute/batch."""
-    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0)
-    """Largest total size of the input `files` of one request (decoded)."""
+    max_files_bytes: int = Field(16 * 1024 * 1024, ge=0, le=32 * 1024 * 1024)
+    """Largest total size of the input `files` of one request (decoded). At most 32 MiB: the
+    request reaches the jail in one 64 MiB frame, its files in base64 next to a fetch list of
+    up to 16 MiB (tests/unit/test_jail_protocol_bounds.py)."""
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     """Largest accepted HTTP body; larger bodies get 413."""
+    max_stdin_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    """Largest accepted `stdin` (code-judge's `input`), in UTF-8 bytes."""
+    max_input_files: int = Field(1024, ge=0)
+    """Most entries in the `files` of one request."""
+    max_path_bytes: int = Field(1024, ge=1, le=4096)
+    """Longest path in `files` or `fetch_files`, in UTF-8 bytes (the wire models also refuse
+    more than 1024 characters; the jail's protocol carries at most that)."""
+    max_cells: int = Field(1024, ge=1)
+    """Most cells in one SandboxFusion /run_jupyter request."""
+    max_submissions: int = Field(65536, ge=1)
+    """Most submissions in one code-judge batch (admitted max_batch at a time)."""
     api_key: str | None = None
     """When set, every endpoint but /healthz, /readyz and /metrics requires
     `Authorization: Bearer <api_key>`."""
+    tenants_file: Path | None = None
+    """TOML file of API keys, one `[[tenant]]` table each (`name`, `key`, optional `weight`,
+    `max_in_flight`, `max_sessions`; tenants_file.py); with api_key too, that key is one more
+    tenant, "default". Read by the API at start-up; the workers learn the names and weights
+    from Redis, never the keys."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(
@@ -142,7 +169,8 @@ class Settings(BaseSettings):
     max_open_files: int = Field(256, ge=16)
     """Open file descriptors per process."""
     sandbox_uid_base: int = Field(62000, ge=1000)
-    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root)."""
+    """Jailed programs run as outside uid sandbox_uid_base + slot index (never root), their
+    zygotes as that + 100,000 (jail/policy.py: two principals)."""
     cgroup_parent: str = "rl-sandbox"
     """cgroup directory that holds the slots' cgroups: under each controller's root (v1), or under
     the unified root (v2), where the worker creates it and delegates memory, pids and cpu."""
@@ -153,7 +181,9 @@ class Settings(BaseSettings):
     forks (cgroup cpu controller); None: no limit. The API, Redis, heartbeats and the other
     slots keep their share."""
     max_fetch_files: int = Field(64, ge=0, le=4096)
-    """Files one execution may return through fetch_files; the rest are reported, not sent."""
+    """Most paths one request's `fetch_files` may name (more: 422), so the most files one
+    execution returns; together with max_path_bytes it bounds the fetch list the jail is sent
+    (`max_fetch_list_bytes`)."""
     max_fetch_bytes: int = Field(16 << 20, ge=0, le=32 << 20)
     """Bytes (before base64) one execution may return through fetch_files, all files together."""
     memory_recycle_slack_mb: int = Field(64, ge=1)
@@ -171,8 +201,15 @@ class Settings(BaseSettings):
     """Session jails a worker keeps started ahead (once it has served a session), so that a new
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
+    # --- compiled languages (language "cpp") ---
+    cpp_compile_timeout_s: float = Field(10.0, gt=0, le=120)
+    """Wall-clock limit of g++ compiling one C++ program in the jail (SandboxFusion's default);
+    a job's budget is its program's limit plus this."""
+
     # --- drop-in compatibility (docs/compatibility.md) ---
-    codejudge_timeout_s: float = Field(10.0, gt=0)
+    e2b_max_sandboxes: int = Field(1024, ge=1)
+    """Live E2B sandboxes one tenant may hold; a create past it is 429 (E2B's own answer)."""
+    codejudge_timeout_s: float = Field(10.0, ge=0.001)
     """Time limit of each code-judge submission: its MAX_EXECUTION_TIME (rStar2-Agent sets 4)."""
     codejudge_memory_mb: int = Field(384, ge=16)
     """Memory of each code-judge submission: its MAX_MEMORY (256 MB) plus its 128 MB headroom."""
@@ -182,6 +219,20 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     shutdown_grace_s: float = Field(30.0, ge=0)
     """On SIGTERM, how long in-flight work may take to finish."""
+    header_timeout_s: float = Field(10.0, gt=0)
+    """A connection's request head (request line and headers) must arrive whole within this
+    long of the connection, or of the request's first byte; else 408 and the connection is
+    closed. It is what ends silent and half-sent connections, before the API key is read."""
+    body_timeout_s: float = Field(60.0, gt=0)
+    """A request's body must arrive whole within this long of its head (a total, not an idle
+    time: at max_body_bytes' default, 64 MiB, a floor of about 1.1 MB/s); else 408 and close."""
+    max_header_bytes: int = Field(65536, ge=1024)
+    """Largest request head; a larger one is answered 431 and the connection closed."""
+    max_connections: int = Field(8192, ge=1)
+    """Connections one API process holds open; past it a new connection is closed at once.
+    Start-up raises the process's open-file limit to fit, where the hard limit allows."""
+    keep_alive_s: float = Field(30.0, gt=0)
+    """An idle keep-alive connection is closed after this long."""
     log_level: str = "INFO"
     """Level of the JSON-lines logs on stderr."""
 
@@ -214,16 +265,41 @@ class Settings(BaseSettings):
         # timeout. The first two steps hold by construction; the last one is checked here, with
         # the margin clients add to a program's budget, so a client never gives up (and resends)
         # work the server is still going to answer.
-        server_beyond_program_s = self.api_wait_s(0.0)
+        # A C++ program's compile comes on top of its timeout (jobs.JobPayload.compile_budget_s).
+        server_beyond_program_s = self.api_wait_s(self.cpp_compile_timeout_s)
         if server_beyond_program_s >= self.client_response_margin_s:
             raise ValueError(
                 f"the API waits up to {server_beyond_program_s:g} s beyond a program's timeout "
-                f"(queue_deadline_s + job start and teardown + margin), not less than "
-                f"client_response_margin_s ({self.client_response_margin_s:g} s): lower "
-                "queue_deadline_s, or raise the clients' Timeouts.response_margin_s and "
-                "client_response_margin_s together"
+                "(queue_deadline_s + a C++ compile + job start and teardown + margin), "
+                f"not less than client_response_margin_s ({self.client_response_margin_s:g} s): "
+                "lower queue_deadline_s or cpp_compile_timeout_s, or raise the clients' "
+                "Timeouts.response_margin_s and client_response_margin_s together"
             )
         return self
+
+    def credentials(self) -> tuple[Credential, ...]:
+        """The API keys and their tenants (none: an open server, every call tenant "default").
+
+        `api_key` is tenant "default"; with a tenants file too, one more tenant besides the
+        file's (which then may not name one "default" or reuse that key). Reads the file:
+        TenantsFileError when it is not valid (the API checks it before it serves)."""
+        single = single_key(self.api_key)
+        if self.tenants_file is None:
+            return single
+        found = load_credentials(self.tenants_file)
+        if single and any(
+            c.tenant.name == DEFAULT_TENANT.name or c.key == single[0].key for c in found
+        ):
+            raise TenantsFileError(
+                "api_key is tenant 'default': the tenants file must not name a tenant "
+                "'default' nor give it the same key"
+            )
+        return single + found
+
+    def tenants(self) -> tuple[Tenant, ...]:
+        """Every tenant the server serves (its fair share and queues), "default" when no file."""
+        found = tuple(c.tenant for c in self.credentials())
+        return found or (DEFAULT_TENANT,)
 
     def limits(self, timeout_s: float = 10.0, memory_mb: int = 1024) -> Limits:
         """The limits of one execution on this host: the request's time and memory, the host's
@@ -236,6 +312,18 @@ class Settings(BaseSettings):
             max_file_size_mb=self.max_file_size_mb,
             max_open_files=self.max_open_files,
         )
+
+    def max_fetch_list_bytes(self) -> int:
+        """Largest JSON encoding of an accepted `fetch_files` list (the jail's line and frame
+        bounds must hold it): each path's byte may take six characters (`\\u0001`), plus quotes
+        and separators."""
+        return 2 + self.max_fetch_files * (6 * self.max_path_bytes + 4)
+
+    def max_input_files_json_bytes(self) -> int:
+        """Largest JSON encoding of an accepted `files` object as the jail is sent it (paths as
+        above, contents in base64: 4 characters per 3 bytes, each file padded)."""
+        contents = 4 * (self.max_files_bytes // 3) + 4 * self.max_input_files
+        return 2 + contents + self.max_input_files * (6 * self.max_path_bytes + 6)
 
     def job_timeout_s(self, program_timeout_s: float) -> float:
         """How long a worker may hold one job: the program's limit plus jail start and teardown."""

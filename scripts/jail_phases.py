@@ -116,8 +116,8 @@ def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
     )
     s = _sub(
         s,
-        "    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _wipe_scratch()\n",
-        "    _t = time.thread_time()\n    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _zt('reap', _t); _t = time.thread_time()\n    _wipe_scratch()\n    _zt('wipe', _t)\n",
+        "    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    fresh_scratch()\n",
+        "    _t = time.thread_time()\n    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _zt('reap', _t); _t = time.thread_time()\n    fresh_scratch()\n    _zt('wipe', _t)\n",
     )
     s = _sub(
         s,

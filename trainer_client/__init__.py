@@ -22,11 +22,12 @@ if TYPE_CHECKING:
         SandboxClientError,
         ServiceError,
     )
+    from trainer_client.group import Group
     from trainer_client.http import Timeouts
     from trainer_client.retry import RetryPolicy
     from trainer_client.session import Session
     from trainer_client.stats import ClientStats, LatencySummary
-    from trainer_client.sync import SyncSandboxClient, SyncSession
+    from trainer_client.sync import SyncGroup, SyncSandboxClient, SyncSession
     from trainer_client.tools import (
         JUPYTER_TOOL_NAME,
         PYTHON_TOOL_NAME,
@@ -40,7 +41,14 @@ if TYPE_CHECKING:
         truncate_middle,
         truncate_to_tokens,
     )
-    from trainer_client.wire import ExecuteRequest, ExecuteResult, VerifyItem, VerifyResult
+    from trainer_client.wire import (
+        INFRASTRUCTURE_STATUSES,
+        ExecuteRequest,
+        ExecuteResult,
+        GroupCancelled,
+        VerifyItem,
+        VerifyResult,
+    )
 
 _EXPORTS = {
     "CallFailedError": "trainer_client.errors",
@@ -50,6 +58,9 @@ _EXPORTS = {
     "Clock": "trainer_client.clock",
     "DeadlineExceededError": "trainer_client.errors",
     "ExecuteRequest": "trainer_client.wire",
+    "Group": "trainer_client.group",
+    "GroupCancelled": "trainer_client.wire",
+    "INFRASTRUCTURE_STATUSES": "trainer_client.wire",
     "ExecuteResult": "trainer_client.wire",
     "InvalidRequestError": "trainer_client.errors",
     "JUPYTER_TOOL_NAME": "trainer_client.tools",
@@ -63,6 +74,7 @@ _EXPORTS = {
     "ServiceError": "trainer_client.errors",
     "Session": "trainer_client.session",
     "SyncSandboxClient": "trainer_client.sync",
+    "SyncGroup": "trainer_client.sync",
     "SyncSession": "trainer_client.sync",
     "Timeouts": "trainer_client.http",
     "ToolCall": "trainer_client.tools",
@@ -96,6 +108,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "INFRASTRUCTURE_STATUSES",
     "JUPYTER_TOOL_NAME",
     "PYTHON_TOOL_NAME",
     "CallFailedError",
@@ -106,6 +119,8 @@ __all__ = [
     "DeadlineExceededError",
     "ExecuteRequest",
     "ExecuteResult",
+    "Group",
+    "GroupCancelled",
     "InvalidRequestError",
     "LatencySummary",
     "LoopClock",
@@ -115,6 +130,7 @@ __all__ = [
     "SandboxClientError",
     "ServiceError",
     "Session",
+    "SyncGroup",
     "SyncSandboxClient",
     "SyncSession",
     "Timeouts",

@@ -16,12 +16,26 @@ from pydantic import ValidationError
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import CallInfo, InvalidRequestError
-from trainer_client.http import Timeouts, delete_session, post_batch, post_fork, post_verify
+from trainer_client.group import Group
+from trainer_client.http import (
+    Timeouts,
+    delete_session,
+    post_batch,
+    post_cancel_group,
+    post_fork,
+    post_verify,
+)
 from trainer_client.retry import RetryPolicy
 from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats, Counters
 from trainer_client.verify import MAX_ITEMS_PER_REQUEST, VerifyOutcome, chunks, verify_chunk
-from trainer_client.wire import ExecuteRequest, ExecuteResult, VerifyItem, VerifyResult
+from trainer_client.wire import (
+    ExecuteRequest,
+    ExecuteResult,
+    GroupCancelled,
+    VerifyItem,
+    VerifyResult,
+)
 
 if TYPE_CHECKING:
     import sys
@@ -49,6 +63,8 @@ def build_request(
     files: Mapping[str, bytes] | None = None,
     fetch_files: Sequence[str] | None = None,
     seed: int | None = None,
+    group: str | None = None,
+    deadline_s: float | None = None,
 ) -> ExecuteRequest:
     """An ExecuteRequest from execute()'s arguments; unset options keep the server's defaults."""
     fields: dict[str, Any] = {"code": code, "timeout": timeout}
@@ -64,6 +80,10 @@ def build_request(
         fields["fetch_files"] = list(fetch_files)
     if seed is not None:
         fields["seed"] = seed
+    if group is not None:
+        fields["group"] = group
+    if deadline_s is not None:
+        fields["deadline_s"] = deadline_s
     return to_request(fields)
 
 
@@ -183,9 +203,14 @@ class SandboxClient:
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
         seed: int | None = None,
+        group: str | None = None,
+        deadline_s: float | None = None,
     ) -> ExecuteResult:
-        """Run one program; `files` are raw bytes (sent base64), `timeout` is in seconds,
-        `seed` seeds the jail's random generators (same program and seed: same output)."""
+        """Run one program; `files` are raw bytes (sent base64), `timeout` is in seconds.
+
+        `seed` seeds the jail's random generators (same program and seed: same output);
+        `group` labels the call (see `group()`); `deadline_s`: seconds after which the service
+        stops it or never starts it (`deadline_exceeded`)."""
         request = build_request(
             code,
             stdin=stdin,
@@ -195,6 +220,8 @@ class SandboxClient:
             files=files,
             fetch_files=fetch_files,
             seed=seed,
+            group=group,
+            deadline_s=deadline_s,
         )
         self._own_process()
         return await self._dispatcher.submit(request)
@@ -244,13 +271,31 @@ class SandboxClient:
         self._own_process()
         return await post_fork(self._http, session_id, n, self._timeouts)
 
-    def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> Session:
+    def session(
+        self, session_id: str | None = None, *, timeout: float = 10.0, group: str | None = None
+    ) -> Session:
         """A session object (`async with client.session() as s: await s.run(code)`).
 
         A new id unless `session_id` names one; the block's end ends the session. `timeout` is
-        each cell's default limit in seconds.
+        each cell's default limit in seconds; every cell carries `group` (cancelling the group
+        ends the session).
         """
-        return Session(self, session_id or new_session_id(), timeout=timeout)
+        return Session(self, session_id or new_session_id(), timeout=timeout, group=group)
+
+    async def cancel_group(self, group: str) -> GroupCancelled | None:
+        """Cancel every queued and running call of `group` and end its sessions (POST
+        /groups/{group}/cancel); None when the service knows no such group for this key.
+
+        The cancelled calls answer status `cancelled`; the client does not send them again.
+        """
+        self._own_process()
+        return await post_cancel_group(self._http, group, self._timeouts)
+
+    def group(self, group: str) -> Group:
+        """A group scope (`async with client.group("step3/p17") as g: await g.execute(code)`):
+        every call and session made through it carries `group`, and the whole group is
+        cancelled when the block exits with an exception (task cancellation included)."""
+        return Group(self, group)
 
     async def verify(
         self,

@@ -37,7 +37,7 @@ from trainer_client.errors import (
 )
 from trainer_client.retry import RetryPolicy, Verdict, is_retryable_item_status
 from trainer_client.stats import Counters
-from trainer_client.wire import ExecuteRequest, ExecuteResult
+from trainer_client.wire import INFRASTRUCTURE_STATUSES, ExecuteRequest, ExecuteResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +364,8 @@ class Dispatcher:
         if not self._finish(call):
             return
         self._counters.results += 1
+        if result.status in INFRASTRUCTURE_STATUSES:
+            self._counters.infrastructure[str(result.status)] += 1
         if not call.future.done():
             call.future.set_result(result)
 

@@ -16,7 +16,13 @@ from trainer_client.dispatch import BatchOutcome
 from trainer_client.errors import InvalidRequestError, SandboxClientError
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
 from trainer_client.verify import VERIFY_PATH, VerifyOutcome
-from trainer_client.wire import BatchResponse, ForkResponse, VerifyItem, VerifyResponse
+from trainer_client.wire import (
+    BatchResponse,
+    ForkResponse,
+    GroupCancelled,
+    VerifyItem,
+    VerifyResponse,
+)
 
 BATCH_PATH = "/execute/batch"
 
@@ -162,6 +168,26 @@ async def post_fork(
         return ForkResponse.model_validate_json(response.content).session_ids
     except ValidationError as exc:
         raise SandboxClientError(f"forking session {session_id!r}: bad answer: {exc}") from exc
+
+
+async def post_cancel_group(
+    http: httpx.AsyncClient, group: str, timeouts: Timeouts
+) -> GroupCancelled | None:
+    """POST /groups/{group}/cancel: what was cancelled, or None when the group is unknown."""
+    try:
+        response = await http.post(
+            f"/groups/{quote(group, safe='/:')}/cancel", timeout=timeouts.for_batch(0.0)
+        )
+    except httpx.HTTPError as exc:
+        raise SandboxClientError(f"cancelling group {group!r}: {exc!r}") from exc
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise SandboxClientError(
+            f"cancelling group {group!r}: HTTP {response.status_code}: "
+            + error_detail(response.content, response.reason_phrase)
+        )
+    return GroupCancelled.model_validate_json(response.content)
 
 
 async def post_verify(

@@ -6,6 +6,10 @@ Retried (the code never ran, or may be re-run safely):
     per-item statuses `queue_timeout` and `sandbox_error` (only those items).
 Never retried: a program's own statuses (ok, error, timeout, memory_limit, killed), 4xx other
 than 429 (422/413 are split so that only the invalid item fails), and 500.
+Returned, not retried, though safe to retry: `cancelled` (its group was cancelled, usually by
+the trainer itself: re-sending would bring back the work the cancel removed) and
+`deadline_exceeded` (the caller said the result is no longer wanted). Both are infrastructure
+statuses (wire.INFRASTRUCTURE_STATUSES): the trainer leaves such a sample out of its loss.
 """
 
 from __future__ import annotations

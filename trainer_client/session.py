@@ -49,6 +49,7 @@ class SessionHost(Protocol):
         files: Mapping[str, bytes] | None = ...,
         fetch_files: Sequence[str] | None = ...,
         seed: int | None = ...,
+        group: str | None = ...,
     ) -> ExecuteResult: ...
 
     async def end_session(self, session_id: str) -> bool: ...
@@ -59,10 +60,18 @@ class SessionHost(Protocol):
 class Session:
     """One interpreter on the service; cells run in order and share its state."""
 
-    def __init__(self, client: SessionHost, session_id: str, *, timeout: float = 10.0) -> None:
-        """`timeout`: each cell's default wall-clock limit in seconds."""
+    def __init__(
+        self,
+        client: SessionHost,
+        session_id: str,
+        *,
+        timeout: float = 10.0,
+        group: str | None = None,
+    ) -> None:
+        """`timeout`: each cell's default wall-clock limit in seconds; `group`: every cell's."""
         self.id = session_id
         self.timeout = timeout
+        self.group = group
         self._client = client
         self._closed = False
 
@@ -95,6 +104,7 @@ class Session:
             files=files,
             fetch_files=fetch_files,
             seed=seed,
+            group=self.group,
         )
 
     async def fork(self, n: int) -> list[Session]:
@@ -102,7 +112,10 @@ class Session:
         its cells so far, then independent: close each (or use it in `async with`)."""
         self._check_open()
         ids = await self._client.fork_session(self.id, n)
-        return [Session(self._client, fork_id, timeout=self.timeout) for fork_id in ids]
+        return [
+            Session(self._client, fork_id, timeout=self.timeout, group=self.group)
+            for fork_id in ids
+        ]
 
     async def upload(self, files: Mapping[str, bytes]) -> None:
         """Write files (relative path -> bytes) into the session's working directory."""

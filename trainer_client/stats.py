@@ -56,6 +56,10 @@ class ClientStats:
     """Calls that ended in an exception (invalid, deadline, retries exhausted, service error)."""
     cancelled: int
     """Calls whose caller gave up (task cancelled) before the answer."""
+    infrastructure: dict[str, int]
+    """Results the service answered with an infrastructure status (after any retries), by
+    status: `cancelled`, `deadline_exceeded`, and `queue_timeout`/`sandbox_error` whose retries
+    ran out. Counted in `results` too; never the program's doing."""
     in_flight_calls: int
     """Calls submitted and not yet answered."""
     http_requests: int
@@ -105,6 +109,7 @@ class Counters:
     results: int = 0
     failures: int = 0
     cancelled: int = 0
+    infrastructure: Counter[str] = field(default_factory=Counter)
     http_requests: int = 0
     retries: int = 0
     http_failures: Counter[str] = field(default_factory=Counter)
@@ -120,6 +125,7 @@ class Counters:
             results=self.results,
             failures=self.failures,
             cancelled=self.cancelled,
+            infrastructure=dict(self.infrastructure),
             in_flight_calls=self.calls - self.results - self.failures - self.cancelled,
             http_requests=self.http_requests,
             http_failures=dict(self.http_failures),

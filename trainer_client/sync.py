@@ -8,6 +8,7 @@ one that used it (a reward worker) gets a loop, client and connections of its ow
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -15,10 +16,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainer_client.client import RequestLike, SandboxClient
-from trainer_client.errors import ClientClosedError
+from trainer_client.errors import ClientClosedError, SandboxClientError
+from trainer_client.group import with_group
 from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats
-from trainer_client.wire import ExecuteResult, VerifyItem, VerifyResult
+from trainer_client.wire import ExecuteResult, GroupCancelled, VerifyItem, VerifyResult
 
 if TYPE_CHECKING:
     import sys
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         from typing_extensions import Self
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _INHERITED: list[tuple[asyncio.AbstractEventLoop, threading.Thread, SandboxClient]] = []
 """What forked children inherited of their parents' clients: kept, never used or closed (the
@@ -81,6 +84,8 @@ class SyncSandboxClient:
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
         seed: int | None = None,
+        group: str | None = None,
+        deadline_s: float | None = None,
     ) -> ExecuteResult:
         """Run one program and block until its result (see SandboxClient.execute)."""
         return self._call(
@@ -93,6 +98,8 @@ class SyncSandboxClient:
                 files=files,
                 fetch_files=fetch_files,
                 seed=seed,
+                group=group,
+                deadline_s=deadline_s,
             )
         )
 
@@ -120,11 +127,21 @@ class SyncSandboxClient:
         """The ids of `n` copies of a session (see SandboxClient.fork_session)."""
         return self._call(lambda client: client.fork_session(session_id, n))
 
-    def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> SyncSession:
+    def session(
+        self, session_id: str | None = None, *, timeout: float = 10.0, group: str | None = None
+    ) -> SyncSession:
         """A session object (`with client.session() as s: s.run(code)`); see SandboxClient."""
         if self._closed:
             raise ClientClosedError("the client is closed")
-        return SyncSession(self, session_id or new_session_id(), timeout=timeout)
+        return SyncSession(self, session_id or new_session_id(), timeout=timeout, group=group)
+
+    def cancel_group(self, group: str) -> GroupCancelled | None:
+        """Cancel a group's calls and sessions (see SandboxClient.cancel_group)."""
+        return self._call(lambda client: client.cancel_group(group))
+
+    def group(self, group: str) -> SyncGroup:
+        """A group scope (`with client.group(g) as g: g.execute(code)`); see SandboxClient."""
+        return SyncGroup(self, group)
 
     def stats(self) -> ClientStats:
         """A snapshot of the client-side counters."""
@@ -164,9 +181,17 @@ async def _stats(client: SandboxClient) -> ClientStats:
 class SyncSession:
     """Blocking twin of Session: `with client.session() as s: s.run(code)`."""
 
-    def __init__(self, client: SyncSandboxClient, session_id: str, *, timeout: float) -> None:
+    def __init__(
+        self,
+        client: SyncSandboxClient,
+        session_id: str,
+        *,
+        timeout: float,
+        group: str | None = None,
+    ) -> None:
         self.id = session_id
         self.timeout = timeout
+        self.group = group
         self._client = client
         self._closed = False
 
@@ -178,7 +203,7 @@ class SyncSession:
         if self._closed:
             raise ClientClosedError(f"session {self.id!r} is closed")
         # Made per call on the inner client of the moment: after a fork, the child's own.
-        return Session(client, self.id, timeout=self.timeout)
+        return Session(client, self.id, timeout=self.timeout, group=self.group)
 
     def run(
         self,
@@ -207,7 +232,10 @@ class SyncSession:
         if self._closed:
             raise ClientClosedError(f"session {self.id!r} is closed")
         ids = self._client.fork_session(self.id, n)
-        return [SyncSession(self._client, fork_id, timeout=self.timeout) for fork_id in ids]
+        return [
+            SyncSession(self._client, fork_id, timeout=self.timeout, group=self.group)
+            for fork_id in ids
+        ]
 
     def upload(self, files: Mapping[str, bytes]) -> None:
         """Write files into the session's working directory (see Session.upload)."""
@@ -234,3 +262,45 @@ class SyncSession:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class SyncGroup:
+    """Blocking twin of Group: `with client.group(g) as g: g.execute(code)`; the group is
+    cancelled when the block exits with an exception (see trainer_client/group.py)."""
+
+    def __init__(self, client: SyncSandboxClient, name: str) -> None:
+        self.name = name
+        self._client = client
+        self.cancelled: GroupCancelled | None = None
+
+    def execute(self, code: str, **options: Any) -> ExecuteResult:
+        """SyncSandboxClient.execute with this group."""
+        return self._client.execute(code, group=self.name, **options)
+
+    def execute_many(self, requests: Iterable[RequestLike]) -> list[ExecuteResult]:
+        """SyncSandboxClient.execute_many with this group on every request."""
+        return self._client.execute_many([with_group(r, self.name) for r in requests])
+
+    def session(self, session_id: str | None = None, *, timeout: float = 10.0) -> SyncSession:
+        """A session whose cells carry this group."""
+        return self._client.session(session_id, timeout=timeout, group=self.name)
+
+    def cancel(self) -> GroupCancelled | None:
+        """Cancel the group now."""
+        return self._client.cancel_group(self.name)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            return
+        try:
+            self.cancelled = self.cancel()
+        except SandboxClientError as error:
+            log.warning("cancelling group %r failed: %s", self.name, error)

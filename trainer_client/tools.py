@@ -175,6 +175,8 @@ _RSTAR2_REASONS = {
     Status.KILLED: "",
     Status.QUEUE_TIMEOUT: "queue_timeout",
     Status.SANDBOX_ERROR: "internal_error",
+    Status.CANCELLED: "internal_error",
+    Status.DEADLINE_EXCEEDED: "internal_error",
 }
 
 ResponseStyle = Literal["rstar2", "status"]

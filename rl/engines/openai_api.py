@@ -7,12 +7,17 @@ extension), and vLLM's `return_tokens_as_token_ids`, which names each returned t
 "token_id:<id>", so token ids survive without re-tokenizing. A server that ignores it returns
 token strings: then the text is re-encoded with the local tokenizer and the log-probs are kept
 only if the lengths agree. Evaluation needs the text; training should use an in-process engine.
+
+Log-probs as the Engine contract says (of the sampling distribution, temperature applied, over
+the whole vocabulary) or None: servers report raw log-probs (temperature 1) unless started with
+vLLM's `--logprobs-mode processed_logprobs` (then after temperature and top-p); `server_logprobs`
+says which, and a reply's log-probs are kept only where they mean what the contract says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -33,8 +38,10 @@ class OpenAIEngine:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        server_logprobs: Literal["raw", "processed"] = "raw",
     ) -> None:
-        """base_url: up to and without /v1; encode: the served model's tokenizer."""
+        """base_url: up to and without /v1; encode: the served model's tokenizer;
+        server_logprobs: what the server's log-probs are (vLLM's default is raw)."""
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
@@ -43,6 +50,7 @@ class OpenAIEngine:
         self._encode = encode
         self._name = name
         self._capacity = capacity_tokens
+        self._server_logprobs = server_logprobs
 
     @property
     def name(self) -> str:
@@ -87,6 +95,8 @@ class OpenAIEngine:
                 logprobs = None
         if logprobs is not None and len(logprobs) != len(tokens):
             logprobs = None
+        if not logprobs_mean_sampling(self._server_logprobs, params):
+            logprobs = None
         reason: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
         if stop is None and reason == "stop":
             hit = find_stop(text, params.stop)
@@ -96,6 +106,15 @@ class OpenAIEngine:
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
         await self._http.aclose()
+
+
+def logprobs_mean_sampling(server: str, params: SamplingParams) -> bool:
+    """Whether a server's log-probs are those of the sampling distribution over the whole
+    vocabulary: raw ones at temperature 1 (or greedy, whose contract is temperature 1),
+    processed ones when top_p keeps the whole vocabulary."""
+    if params.top_p < 1.0:
+        return False
+    return server == "processed" or params.temperature in (0.0, 1.0)
 
 
 def _tokens(logprobs: Any) -> tuple[list[int] | None, list[float] | None]:

@@ -78,12 +78,65 @@ SYNC_POINTS: tuple[SyncPoint, ...] = ("after_update", "after_sft", "stage_start"
 
 def syncs_for(stage_kinds: Sequence[str], steps_with_update: Sequence[int]) -> list[str]:
     """The sync calls of a run, in order: a GRPO stage syncs at its start and after each update
-    (`steps_with_update[i]` updates in stage i), an SFT stage once at its end."""
+    (`steps_with_update[i]` updates in stage i), an SFT stage once at its end; a sync is skipped
+    when the weights are those of the last one (the engine loaded the run's starting weights, so
+    a first GRPO stage starts without one, and one right after an SFT stage's is not repeated)."""
     calls: list[str] = []
+    changed = False  # the policy's weights differ from the engines'
     for kind, updates in zip(stage_kinds, steps_with_update, strict=True):
         if kind == "sft":
             calls.append("after_sft")
-        else:
+            changed = False
+            continue
+        if changed:
             calls.append("stage_start")
-            calls.extend(["after_update"] * updates)
+        calls.extend(["after_update"] * updates)
+        changed = False
     return calls
+
+
+def engine_visible_devices(
+    visible: str | None, local_rank: int, world_size: int, tensor_parallel_size: int
+) -> str:
+    """CUDA_VISIBLE_DEVICES for a rank's vLLM engine: the rank's own device (rank r of a node
+    trains on its r-th visible device, and the CUDA IPC buffers live there); one process may span
+    tensor_parallel_size devices, its training device first. Devices of a node are shared out one
+    per rank: a rank's engine cannot span more than its own."""
+    if tensor_parallel_size < 1:
+        raise ValueError("tensor_parallel_size must be at least 1")
+    if world_size > 1 and tensor_parallel_size > 1:
+        raise ValueError(
+            "under torchrun each rank's vLLM engine runs on that rank's GPU: "
+            "tensor_parallel_size must be 1"
+        )
+    devices = [d.strip() for d in visible.split(",")] if visible else None
+    if world_size > 1:
+        return devices[local_rank] if devices else str(local_rank)
+    if devices is None:
+        return ",".join(str(i) for i in range(tensor_parallel_size))
+    if len(devices) < tensor_parallel_size:
+        raise ValueError(f"tensor_parallel_size {tensor_parallel_size} > visible devices {visible}")
+    return ",".join(devices[:tensor_parallel_size])
+
+
+def check_allocator_config(alloc_conf: str | None) -> None:
+    """vLLM's sleep mode allocates through its own CUDA memory pool, which refuses the caching
+    allocator's expandable segments: refuse them before vLLM starts."""
+    for option in (alloc_conf or "").split(","):
+        key, _, value = option.partition(":")
+        if key.strip() == "expandable_segments" and value.strip().lower() == "true":
+            raise ValueError(
+                "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True, which vLLM's sleep mode "
+                "cannot run with: unset it (or set expandable_segments:False) for a vLLM run"
+            )
+
+
+def check_logprob_match(top_p: float) -> None:
+    """vLLM's processed log-probs are those after top-p truncation and renormalisation; the
+    trainer recomputes them over the whole vocabulary (temperature applied). They agree only
+    when top_p is 1: anything else is refused rather than trained on mismatched ratios."""
+    if top_p < 1.0:
+        raise ValueError(
+            f"top_p = {top_p}: vLLM's log-probs would be of the truncated distribution, the "
+            "trainer's of the whole one; use top_p = 1 with vLLM engines"
+        )

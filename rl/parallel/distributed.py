@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from rl.logprobs import LogProbModel
 from rl.parallel.microbatch import pad_plan, split_balanced, token_budget_batches
+from rl.versions import check_torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +59,33 @@ def init_from_env(environ: dict[str, str] | None = None) -> Topology:
     env = os.environ if environ is None else environ
     world = int(env.get("WORLD_SIZE", "1"))
     rank, local_rank = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
+    if world > 1:
+        check_torch()
     device = accelerator(local_rank)
     if world > 1 and not dist.is_initialized():
         backend = dist.get_default_backend_for_device(device)
         dist.init_process_group(backend=backend, device_id=device if device.type != "cpu" else None)
     return Topology(rank, world, local_rank, device)
+
+
+def collective_device_for(backend: str, accelerator_device: torch.device) -> torch.device:
+    """Where a process group's collectives take their tensors: gloo's on the CPU, every other
+    backend's (nccl, rccl, xccl) on this rank's accelerator."""
+    return torch.device("cpu") if backend == "gloo" else accelerator_device
+
+
+def collective_device() -> torch.device:
+    """The device of the default process group's collectives (the CPU without a group)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return torch.device("cpu")
+    backend = str(dist.get_backend())
+    if backend == "gloo":
+        return torch.device("cpu")
+    kind = torch.accelerator.current_accelerator()
+    assert kind is not None, f"a {backend} group without an accelerator"
+    return collective_device_for(
+        backend, torch.device(kind.type, torch.accelerator.current_device_index())
+    )
 
 
 def world() -> tuple[int, int]:
@@ -92,6 +115,7 @@ def shard_model(
     param_dtype: the dtype of forwards and backwards (bfloat16 for mixed precision; None: the
     parameters' own); gradients are reduced and kept in float32 whatever it is.
     """
+    check_torch()
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
@@ -111,10 +135,11 @@ def shard_model(
 
 
 def all_reduce(value: float, op: str = "sum", device: torch.device | None = None) -> float:
-    """A float summed (or maxed) over the ranks; itself with one process."""
+    """A float summed (or maxed) over the ranks; itself with one process. device: None for
+    the group's (collective_device); an NCCL group takes no CPU tensor."""
     if world()[1] == 1:
         return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=device or torch.device("cpu"))
+    tensor = torch.tensor([value], dtype=torch.float64, device=device or collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return float(tensor.item())
 
@@ -232,7 +257,7 @@ def sum_over_ranks(
         return values
     keys = sorted({k for part in gather_objects(sorted(values)) for k in part})
     tensor = torch.tensor([values.get(k, 0.0) for k in keys], dtype=torch.float64)
-    tensor = tensor.to(device or torch.device("cpu"))
+    tensor = tensor.to(device or collective_device())
     dist.all_reduce(tensor)
     return dict(zip(keys, tensor.tolist(), strict=True))
 

@@ -225,10 +225,12 @@ def build_engines(
     amp: torch.dtype | None,
     model_path: str,
     rank: int = 0,
+    local_rank: int = 0,
+    world_size: int = 1,
 ) -> list[Engine]:
     """The configured engines (this rank's, under torchrun: seeded apart from the other
     ranks'); transformers ones share the trainer's model, vLLM loads model_path (the
-    checkpoint's, when resuming)."""
+    checkpoint's, when resuming) on this rank's GPU (local_rank)."""
     seed = config.seed + 1009 * rank
     from rl.engines.hf import TransformersEngine
 
@@ -260,6 +262,9 @@ def build_engines(
                     tensor_parallel_size=e.tensor_parallel_size,
                     bucket_mb=e.bucket_mb,
                     seed=seed + i,
+                    local_rank=local_rank,
+                    world_size=world_size,
+                    top_p=config.rollout.top_p,
                 )
             )
     return engines

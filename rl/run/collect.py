@@ -4,15 +4,16 @@ its difficulty filter and `rl-sandbox eval`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import torch
 
 from rl.data.tasks import Problem
 from rl.engines.base import Engine
-from rl.parallel.distributed import full_tensor, gather_objects, gathered, world
+from rl.parallel.distributed import gather_objects, gathered, world
 from rl.reward.grading import Grader
 from rl.reward.outcome import grade_responses
 from rl.reward.verifier import VerifierPool
@@ -75,6 +76,8 @@ async def rollouts_over_ranks(
     n: int,
     settings: RolloutSettings,
     grader: Grader,
+    *,
+    gather_policy: bool = True,
 ) -> tuple[list[Trajectory], list[float]]:
     """n graded rollouts of each problem, group = problem's position, in group order.
 
@@ -82,10 +85,12 @@ async def rollouts_over_ranks(
     its own engines, on the whole policy gathered from the shards, then the ranks exchange
     them: every rank returns the same whole batch. One process: all of them, as it is.
     A per-rollout grader (the service's) grades each rollout as it ends, while the others run.
+    gather_policy: False when no engine samples from the policy (samples_from_policy): the
+    shards then stay as they are.
     """
     rank, size = world()
     share = rank_share(len(problems), rank, size)
-    with gathered(policy):
+    with gathered(policy) if gather_policy else contextlib.nullcontext():
         mine, correct = await collect_graded(
             scheduler, tools, codec, template, [problems[i] for i in share], n, settings, grader
         )
@@ -151,20 +156,25 @@ def grade(
     return [g.reward for g in grades]
 
 
-async def sync_engines(engines: Sequence[Any], model: Any) -> None:
+def samples_from_policy(engines: Sequence[Any]) -> bool:
+    """Whether an engine samples from the trained module itself (the transformers engine shares
+    it): only then must the policy be gathered whole for rollouts. vLLM and remote engines hold
+    their own copies."""
+    from rl.engines.hf import TransformersEngine
+
+    return any(isinstance(e, TransformersEngine) for e in engines)
+
+
+async def sync_engines(engines: Sequence[Any], model: Any) -> int:
     """Push the policy's weights to the engines with their own copy (vLLM; the transformers
-    engine shares the model): after each update, after SFT, at each GRPO stage start."""
+    engine shares the model); returns how many were pushed to."""
+    pushed = 0
     for engine in engines:
         sync = getattr(engine, "sync_weights", None)
         if sync is not None:
-            await sync(full_named_parameters(model))
-
-
-def full_named_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The LM's parameters by name, whole: gathered from the shards under FSDP (a collective per
-    parameter, in the same order on every rank), as they are otherwise."""
-    for name, param in model.named_parameters():
-        yield name, full_tensor(param.detach())
+            await sync(model.named_parameters())
+            pushed += 1
+    return pushed
 
 
 async def release_engine_memory(engines: Sequence[Any]) -> None:

@@ -62,6 +62,10 @@ class RunContext:
     schedule: torch.optim.lr_scheduler.LambdaLR | None = None
     warmup_steps: int = 0
     """The warm-up the GRPO schedule was made with (a resume remakes it the same)."""
+    policy_version: int = 0
+    """Optimizer steps taken by this process (SFT and GRPO): the weights' version."""
+    synced_version: int = 0
+    """The version the engines with their own weights hold (they start from the run's)."""
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """Mixed-precision forwards when amp_dtype is set."""

@@ -31,12 +31,22 @@ from rl.run.collect import (
     engine_rng_states,
     release_engine_memory,
     rollouts_over_ranks,
+    samples_from_policy,
     sync_engines,
 )
 from rl.run.context import RunContext
 from rl.run.optim import grpo_optimizer, retarget, sft_optimizer
 from rl.run.train_config import StageConfig
 from rl.sft import render_demonstrations, sft_step
+
+
+async def sync_policy(ctx: RunContext) -> None:
+    """Push the policy to the engines with their own weights (vLLM) if it changed since they
+    last got it: after SFT, at a GRPO stage's start, after each update, never twice in a row."""
+    if ctx.synced_version == ctx.policy_version:
+        return
+    await sync_engines(ctx.engines, ctx.model)
+    ctx.synced_version = ctx.policy_version
 
 
 def checkpoint(ctx: RunContext, tag: str) -> None:
@@ -74,6 +84,7 @@ async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
         raise ValueError(f"stage {stage.name}: an SFT stage needs demonstrations (sft_file)")
     started = time.monotonic()
     grpo = ctx.config.grpo
+    await release_engine_memory(ctx.engines)  # vLLM sleeps: SFT has the GPU; the sync wakes it
     examples = await render_demonstrations(
         ctx.demos, ctx.template, ctx.codec, ctx.tools, ctx.rollout_settings(grpo)
     )
@@ -106,6 +117,7 @@ async def sft_stage(ctx: RunContext, stage: StageConfig) -> None:
         schedule.step()
         ctx.records.sft_step(line)
         ctx.progress.stage_step = step
+        ctx.policy_version += 1
         bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_accuracy']:.3f}")
         bar.update(1)
     bar.close()
@@ -142,6 +154,7 @@ async def filter_problems(ctx: RunContext, stage: StageConfig) -> list[int]:
         stage.drop_solved_samples,
         ctx.rollout_settings(grpo),
         ctx.grader(grpo),
+        gather_policy=samples_from_policy(ctx.engines),
     )
     rewards = final_rewards(trajectories, correct)
     solved = [True] * len(checked)
@@ -221,6 +234,7 @@ async def grpo_step(
         grpo.rollouts_per_prompt,
         settings,
         ctx.grader(grpo),
+        gather_policy=samples_from_policy(ctx.engines),
     )
     t1 = time.monotonic()
     rewards = final_rewards(trajectories, correct)
@@ -245,9 +259,12 @@ async def grpo_step(
                 rng=ctx.rng,
             )
         ctx.schedule.step()
-        await sync_engines(ctx.engines, ctx.model)
+        ctx.policy_version += 1
+        await sync_policy(ctx)
     t3 = time.monotonic()
     step = ctx.progress.global_step
+    # A Prometheus-style line, so that log scrapers can follow masked rollouts per step.
+    print(f'rl_infra_masked_rollouts{{step="{step}"}} {selection.infra_masked}', flush=True)
     for t, r in list(zip(trajectories, rewards, strict=True))[:: grpo.rollouts_per_prompt][:2]:
         sample = {"step": step, "reward": r, "finish": t.finish_reason}
         ctx.records.sample({**sample, "response": t.response_text})
@@ -259,6 +276,7 @@ async def grpo_step(
             "roc_kept": len(selection.kept),
             "roc_kept_pos": selection.kept_pos,
             "roc_kept_neg": selection.kept_neg,
+            "infra_masked": selection.infra_masked,
             "skipped_update": not selection.kept,
             "lr": lr,
             **update,

@@ -145,8 +145,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.5
     """vllm: share of GPU memory for weights and KV cache (the trainer needs the rest)."""
     tensor_parallel_size: int = 1
-    """vllm: GPUs one engine spans (placement: the engine starts on the devices that
-    CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES show this process, the trainer's first)."""
+    """vllm: GPUs one engine spans, the trainer's first (one process only: under torchrun each
+    rank's engine runs on that rank's own GPU, and this must be 1)."""
     bucket_mb: int = 512
     """vllm: size of the bf16 buckets the weights are pushed in by CUDA IPC."""
 

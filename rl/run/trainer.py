@@ -51,11 +51,10 @@ from rl.run.checkpoint import (
     load_checkpoint,
     load_optimizer_state,
 )
-from rl.run.collect import sync_engines
 from rl.run.context import RunContext
 from rl.run.optim import grpo_optimizer
 from rl.run.records import Recorder, Sink, TensorBoardSink, WandbSink
-from rl.run.stages import checkpoint, grpo_stage, sft_stage
+from rl.run.stages import checkpoint, grpo_stage, sft_stage, sync_policy
 from rl.run.train_config import TrainConfig
 from rl.trajectory import Trajectory
 from trainer_client.client import SandboxClient
@@ -115,6 +114,8 @@ def build_context(
         amp=amp,
         model_path=model_path,
         rank=topology.rank,
+        local_rank=topology.local_rank,
+        world_size=topology.world_size,
     )
     scheduler: RolloutScheduler[Trajectory] = RolloutScheduler(engines)
     ctx = RunContext(
@@ -189,9 +190,9 @@ async def run_stages(ctx: RunContext) -> None:
             print(f"[{stage.name}] {stage.kind}: {stage.steps} steps", flush=True)
         if stage.kind == "sft":
             await sft_stage(ctx, stage)
-            await sync_engines(ctx.engines, ctx.model)  # else GRPO's first rollouts are pre-SFT
+            await sync_policy(ctx)  # else GRPO's first rollouts are pre-SFT
         else:
-            await sync_engines(ctx.engines, ctx.model)  # a stage starts from the policy as it is
+            await sync_policy(ctx)  # a stage starts from the policy as it is
             await grpo_stage(ctx, stage, resumed=resumed)
         checkpoint(ctx, f"{stage.name}-end")
 

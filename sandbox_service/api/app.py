@@ -14,14 +14,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, fork_routes, operations
+from sandbox_service.api.call_labels import read_call_labels
+from sandbox_service.api.compat.e2b_routes import E2bWire
+from sandbox_service.api.compat.mcp_routes import McpMount
+from sandbox_service.api.compat.nemo_routes import NemoWire
 from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
+from sandbox_service.api.compat.wires import PeerWires
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
 from sandbox_service.api.edge import Edge
@@ -29,6 +34,7 @@ from sandbox_service.api.invalid import invalid_request
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.api.verify import verify_router
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import tenant_var
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +42,15 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     """The API app; its lifespan starts and stops the dispatcher."""
     ctx = ApiContext(settings, Dispatcher(settings), Metrics())
+    mcp = McpMount(ctx)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await ctx.dispatcher.start()
         log.info("api ready", extra={"fields": {"api_id": ctx.dispatcher.api_id}})
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await ctx.dispatcher.stop()
 
@@ -53,11 +61,15 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = ctx
+    # Inside the Edge: the E2B, MCP and NeMo-Skills wires, dispatched before FastAPI's routes.
+    app.add_middleware(PeerWires, e2b=E2bWire(ctx), nemo=NemoWire(ctx), mcp=mcp.app)
     app.add_middleware(
         Edge,
-        api_key=settings.api_key,
+        credentials=settings.credentials(),
         max_body_bytes=settings.max_body_bytes,
-        on_response=lambda route, code: ctx.metrics.http_responses.labels(route, str(code)).inc(),
+        on_response=lambda route, code, tenant: ctx.metrics.http_responses.labels(
+            route, str(code), tenant
+        ).inc(),
     )
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(Overloaded, _overloaded)
@@ -66,9 +78,14 @@ def create_app(settings: Settings) -> FastAPI:
     # execution routes first, the operational ones (probes, scrapes) last.
     app.include_router(execute_routes.router)
     app.include_router(fork_routes.router)
-    app.include_router(codejudge_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher))
+    labels = [Depends(read_call_labels)]
     app.include_router(
-        sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher)
+        codejudge_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher),
+        dependencies=labels,
+    )
+    app.include_router(
+        sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher),
+        dependencies=labels,
     )
     app.include_router(verify_router(settings, ctx.run))
     app.include_router(operations.router)
@@ -78,7 +95,8 @@ def create_app(settings: Settings) -> FastAPI:
 
 async def _overloaded(request: Request, exc: Exception) -> Response:
     ctx: ApiContext = request.app.state.context
-    ctx.metrics.rejected.labels("queue_full").inc()
+    reason = exc.reason if isinstance(exc, Overloaded) else "queue_full"
+    ctx.metrics.rejected.labels(reason, tenant_var.get().name).inc()
     return JSONResponse(
         {"detail": str(exc)},
         status_code=429,
@@ -88,7 +106,7 @@ async def _overloaded(request: Request, exc: Exception) -> Response:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     ctx: ApiContext = request.app.state.context
-    ctx.metrics.rejected.labels("unavailable").inc()
+    ctx.metrics.rejected.labels("unavailable", tenant_var.get().name).inc()
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 

@@ -56,6 +56,9 @@ class Pending:
     next_check: float
     check_every: float
     admitted: bool = False
+    queue: str = ""
+    """The RQ queue a stateless job goes to (its tenant's shared queue; empty: the shared one);
+    a retry goes there too."""
 
 
 class Outstanding:
@@ -105,7 +108,9 @@ class Awaiter:
         self._on_retry = on_retry
         self._max_check_every = 4 * settings.poll_interval_s
 
-    def track(self, execution_id: str, payload: JobPayload) -> asyncio.Future[ResultDict]:
+    def track(
+        self, execution_id: str, payload: JobPayload, queue: str = ""
+    ) -> asyncio.Future[ResultDict]:
         """Register a job before it is enqueued (its notice may beat the enqueue's reply)."""
         now = time.monotonic()
         future: asyncio.Future[ResultDict] = asyncio.get_running_loop().create_future()
@@ -117,6 +122,7 @@ class Awaiter:
                 give_up_at=now + self._wait_s(payload),
                 next_check=now + self._settings.poll_interval_s,
                 check_every=self._settings.poll_interval_s,
+                queue=queue,
             ),
         )
         return future
@@ -273,7 +279,16 @@ class Awaiter:
         if withdraw:
             removed = await self._run_sync(self._job_queue.withdraw, withdraw, withdraw_from)
             for execution_id, was_removed in zip(withdraw, removed, strict=True):
-                if was_removed:
+                pending = self.outstanding.jobs.get(execution_id)
+                if not was_removed or pending is None:
+                    continue
+                if pending.payload.past_deadline(now):
+                    self._answer(
+                        execution_id,
+                        Status.DEADLINE_EXCEEDED,
+                        "the request's deadline passed before it started; it never ran",
+                    )
+                else:
                     self._answer(
                         execution_id, Status.QUEUE_TIMEOUT, "not started within the queue deadline"
                     )
@@ -301,7 +316,8 @@ class Awaiter:
             pending = self.outstanding.jobs.get(execution_id)
             if pending is None:
                 continue
-            moved.append(NewJob.of(execution_id, pending.payload, self._settings))
+            job = NewJob.of(execution_id, pending.payload, self._settings)
+            moved.append(replace(job, queue=pending.queue))
             log.warning(
                 "job queued on a dead worker; routing it again",
                 extra=fields(execution_id=execution_id, request_id=pending.payload.request_id),
@@ -332,7 +348,8 @@ class Awaiter:
                     next_check=time.monotonic() + self._settings.poll_interval_s,
                 ),
             )
-            new_jobs.append(NewJob.of(new_id, payload, self._settings))
+            job = NewJob.of(new_id, payload, self._settings)
+            new_jobs.append(replace(job, queue=pending.queue))
             log.warning(
                 "job lost with its worker; running it again",
                 extra=fields(

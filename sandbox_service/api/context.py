@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from sandbox_service.api.dispatch import Dispatcher, session_key
+from sandbox_service.api.call_labels import labelled
+from sandbox_service.api.dispatch import Dispatcher
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import scoped, tenant_var
 from trainer_client.wire import ExecuteRequest
 
 
@@ -28,14 +30,16 @@ class ApiContext:
         """Admit, run and await the payloads; record their results and the route's time."""
         started = time.perf_counter()
         results = await self.dispatcher.submit(payloads)
+        tenant = tenant_var.get().name
         for result in results:
-            self.metrics.observe_result(result)
+            self.metrics.observe_result(result, tenant)
         self.metrics.request_duration.labels(route).observe(time.perf_counter() - started)
         return results
 
     async def run_requests(self, requests: list[ExecuteRequest], route: str) -> list[ResultDict]:
-        """`run` of validated wire requests."""
-        return await self.run([to_payload(request) for request in requests], route)
+        """`run` of validated wire requests (the peer routes': their headers' group and
+        deadline apply, see call_labels.py)."""
+        return await self.run([to_payload(labelled(request)) for request in requests], route)
 
 
 async def context(request: Request) -> ApiContext:
@@ -48,7 +52,14 @@ async def context(request: Request) -> ApiContext:
 
 
 def to_payload(request: ExecuteRequest) -> JobPayload:
-    """The job payload of one validated request (the dispatcher stamps queue fields)."""
+    """The job payload of one validated request (the dispatcher stamps queue fields).
+
+    The session and the group are the calling tenant's (another tenant's same id is another
+    session or group); the relative deadline becomes an epoch here, once.
+    """
+    group = None if request.group is None else scoped(tenant_var.get(), request.group)
+    deadline = 0.0 if request.deadline_s is None else time.time() + request.deadline_s
+    session_id = request.session_id
     return JobPayload(
         code=request.code,
         stdin=request.stdin,
@@ -56,7 +67,11 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         memory_mb=request.memory_mb,
         files=dict(request.files),
         fetch_files=tuple(request.fetch_files),
-        session_id=None if request.session_id is None else session_key(request.session_id),
+        session_id=None if session_id is None else scoped(tenant_var.get(), session_id),
         request_id=request_id_var.get(),
+        group=group,
+        deadline=deadline,
+        language=request.language,
+        tenant=tenant_var.get().name,
         seed=request.seed,
     )

@@ -13,6 +13,13 @@ path) on a connection the admission task holds (held_connection.py), and the bou
 across replicas. The enqueue commands are built on the loop for a small round and in a thread for
 a large one (a 1,024-request batch costs about 12 milliseconds).
 
+Tenants (tenancy.py): each tenant's stateless jobs go to its own shared queue (workers take them
+in proportion to the tenants' weights, worker/fair_share.py), which may hold at most the tenant's
+share of the bound (max_queue_depth x weight / total weight), so that a flooding tenant never
+fills the queue for the others. A tenant with `max_in_flight` has its admitted, unanswered jobs
+counted in Redis (checked in the same script; released when `submit` ends, whichever way it
+ends), and one with `max_sessions` its live sessions (quotas.py). Over any of these: 429.
+
 A round with session cells first routes them (one more round trip): each goes to the own queue of
 its session's owner, claimed in Redis (session_store.py). The bound counts the shared queue and
 the workers' own queues together.
@@ -27,23 +34,24 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from sandbox_service import keys
 from sandbox_service.api.awaiting import Awaiter
-from sandbox_service.broker import jobqueue, worker_stats
+from sandbox_service.broker import jobqueue, quotas, worker_stats
 from sandbox_service.broker.held_connection import HeldConnection
-from sandbox_service.broker.jobqueue import JobQueue, NewJob
+from sandbox_service.broker.jobqueue import GroupBounds, JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.broker.worker_stats import WorkerStats
+from sandbox_service.cancel import GROUP_CANCELLED
 from sandbox_service.jobs import NO_SESSION, JobPayload, ResultDict
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
-from sandbox_service.tenancy import scoped, tenant_var
+from sandbox_service.tenancy import Tenant, tenant_var
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +63,20 @@ here, so under 1 ms of the loop; a thread hop costs about 0.1 ms of CPU); larger
 thread, so that the loop keeps serving meanwhile."""
 
 
-def session_key(client_id: str) -> str:
-    """The internal id of the calling tenant's session `client_id` (Redis keys, worker pools):
-    another tenant's same id is another session, and no tenant can name another's."""
-    return scoped(tenant_var.get(), client_id)
+@dataclass(frozen=True, slots=True)
+class GroupCancel:
+    """What cancelling a group did."""
+
+    cancelled: int
+    """Calls dropped from the queue or killed while running."""
+    sessions: int
+    """Sessions ended."""
+
+
+def group_ttl_s(settings: Settings) -> int:
+    """How long a group is remembered after its last admission: a session of it may live that
+    long, and a call wait that long."""
+    return settings.session_ttl_s + int(settings.api_wait_s(settings.max_timeout)) + 1
 
 
 class DispatchError(Exception):
@@ -66,7 +84,12 @@ class DispatchError(Exception):
 
 
 class Overloaded(DispatchError):
-    """The queue is full."""
+    """The queue is full, or the tenant is over one of its quotas (`reason`)."""
+
+    def __init__(self, message: str, reason: str = "queue_full") -> None:
+        super().__init__(message)
+        self.reason = reason
+        """`queue_full`, `in_flight_quota` or `session_quota` (the metric's label)."""
 
 
 class Unavailable(DispatchError):
@@ -90,7 +113,9 @@ class Dispatcher:
         self._cancelling: set[asyncio.Task[None]] = set()
         self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="redis")
         connection = jobqueue.connect(settings.redis_url)
-        self._job_queue = JobQueue(connection, settings.queue_name, settings.result_ttl_s)
+        self._job_queue = JobQueue(
+            connection, settings.queue_name, settings.result_ttl_s, group_ttl_s(settings)
+        )
         self.sessions = SessionStore.for_settings(connection, settings)
         self.redis = jobqueue.connect_async(settings.redis_url)
         self._listen_redis = jobqueue.connect_async(settings.redis_url)
@@ -106,8 +131,35 @@ class Dispatcher:
         )
         self._admission_connection = HeldConnection(self.redis)
         self._depth_script = self.redis.register_script(jobqueue.DEPTH_SCRIPT)
-        self._to_admit: asyncio.Queue[tuple[list[NewJob], asyncio.Future[bool]]] = asyncio.Queue()
+        self._to_admit: asyncio.Queue[tuple[list[NewJob], GroupBounds, asyncio.Future[int]]] = (
+            asyncio.Queue()
+        )
         self._tasks: list[asyncio.Task[None]] = []
+        tenants = settings.tenants()
+        total_weight = sum(t.weight for t in tenants)
+        self._bounds = {
+            t.name: self._tenant_bounds(t, len(tenants) > 1, total_weight) for t in tenants
+        }
+        self._tenant_queues = [
+            b.tenant_queue for b in self._bounds.values() if b.tenant_queue != settings.queue_name
+        ]
+        self._in_flight = quotas.InFlightRelease(self.redis)
+
+    def _tenant_bounds(self, tenant: Tenant, shared: bool, total_weight: float) -> GroupBounds:
+        queue = self.settings.queue_name
+        share = self.settings.max_queue_depth * tenant.weight / total_weight
+        return GroupBounds(
+            tenant_queue=keys.tenant_queue(queue, tenant.name),
+            queue_share=max(1, int(share)) if shared else None,
+            in_flight_key=keys.in_flight(queue, tenant.name) if tenant.max_in_flight else "",
+            max_in_flight=tenant.max_in_flight or 0,
+        )
+
+    def _bounds_of(self, tenant: Tenant) -> GroupBounds:
+        found = self._bounds.get(tenant.name)
+        if found is None:  # a tenant this process was not configured with: no share of it
+            raise Unavailable(f"tenant {tenant.name!r} is not configured on this server")
+        return found
 
     def _count_retry(self) -> None:
         self.retries += 1
@@ -116,11 +168,22 @@ class Dispatcher:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
     async def start(self) -> None:
-        """Start the admission, listener and watchdog tasks."""
+        """Publish the tenants for the workers; start the admission, listener and watchdog
+        tasks."""
+        weights = {t.name: t.weight for t in self.settings.tenants()}
+        with contextlib.suppress(RedisError, OSError):  # else the publisher's next round
+            await quotas.publish_tenants(
+                self.redis, keys.tenants(self.settings.queue_name), weights
+            )
         self._tasks = [
             asyncio.create_task(self._admit_loop(), name="admission"),
             asyncio.create_task(self.awaiter.listen(), name="reply-listener"),
             asyncio.create_task(self.awaiter.watch(), name="watchdog"),
+            asyncio.create_task(self._in_flight.run(), name="in-flight-release"),
+            asyncio.create_task(
+                quotas.keep_published(self.redis, keys.tenants(self.settings.queue_name), weights),
+                name="tenants-publisher",
+            ),
         ]
 
     async def stop(self) -> None:
@@ -134,6 +197,8 @@ class Dispatcher:
         self.awaiter.fail_all("the server is shutting down")
         if self._cancelling:  # abandoned work still to cancel: do not leave it running
             await asyncio.wait(self._cancelling, timeout=5.0)
+        with contextlib.suppress(RedisError, OSError):
+            await self._in_flight.flush()
         await self._admission_connection.release()
         await self.awaiter.release()
         await self.redis.aclose()
@@ -149,40 +214,105 @@ class Dispatcher:
         """Run the payloads (all admitted or none) and return their results in order."""
         if self.draining:
             raise Unavailable("the server is shutting down")
+        tenant = tenant_var.get()
         admitted_at = time.time()
+        bounds = self._bounds_of(tenant)
+        if bounds.in_flight_key:
+            wait_s = self.settings.api_wait_s(self.settings.max_timeout)
+            bounds = replace(bounds, expires_at=admitted_at + wait_s)
+        new_sessions = await self._claim_sessions(tenant, payloads, admitted_at)
         start_by = admitted_at + self.settings.queue_deadline_s
         jobs: list[NewJob] = []
         futures: list[asyncio.Future[ResultDict]] = []
+        queue = "" if bounds.tenant_queue == self.settings.queue_name else bounds.tenant_queue
         for payload in payloads:
             execution_id = uuid.uuid4().hex
             stamped = replace(
                 payload,
                 reply_to=self.awaiter_reply_key,
                 admitted_at=admitted_at,
-                start_by=start_by,
+                start_by=min(start_by, payload.deadline) if payload.deadline else start_by,
             )
-            futures.append(self.awaiter.track(execution_id, stamped))
-            jobs.append(NewJob.of(execution_id, stamped, self.settings))
+            futures.append(self.awaiter.track(execution_id, stamped, queue))
+            job = NewJob.of(execution_id, stamped, self.settings)
+            jobs.append(replace(job, queue=queue) if queue else job)
         execution_ids = [job.execution_id for job in jobs]
-        admission = self._request_admission(jobs)
+        admission = self._request_admission(jobs, bounds)
         try:
-            admitted = await asyncio.shield(admission)
+            verdict = await asyncio.shield(admission)
         except asyncio.CancelledError:
             # The client went away during admission: cancel the jobs if they were admitted.
-            admission.add_done_callback(lambda done: self._abandon_if_admitted(done, futures))
+            admission.add_done_callback(
+                lambda done: self._abandon_if_admitted(done, futures, bounds, execution_ids)
+            )
             raise
         except BaseException:
             self.awaiter.outstanding.discard(execution_ids)
+            await self._unclaim_sessions(tenant, new_sessions)
             raise
-        if not admitted:
+        if verdict != jobqueue.ADMITTED:
             self.awaiter.outstanding.discard(execution_ids)
-            raise Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
+            await self._unclaim_sessions(tenant, new_sessions)
+            raise self._refusal(verdict, tenant, bounds)
         self.awaiter.mark_admitted(execution_ids)
         try:
             return list(await asyncio.gather(*futures))
         except asyncio.CancelledError:
             self.abandon(futures)
             raise
+        finally:
+            # The one place an admitted call ends: answered (result, queue_timeout, lost
+            # worker, deadline) or abandoned (client gone, cancelled).
+            self._in_flight.release(bounds.in_flight_key, execution_ids)
+
+    def _refusal(self, verdict: int, tenant: Tenant, bounds: GroupBounds) -> Overloaded:
+        if verdict == jobqueue.TENANT_QUEUE_FULL:
+            return Overloaded(
+                f"tenant {tenant.name!r} has its share of the queue waiting "
+                f"({bounds.queue_share} jobs)"
+            )
+        if verdict == jobqueue.IN_FLIGHT_QUOTA:
+            return Overloaded(
+                f"tenant {tenant.name!r} has its quota of calls in flight ({tenant.max_in_flight})",
+                "in_flight_quota",
+            )
+        return Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
+
+    async def _claim_sessions(
+        self, tenant: Tenant, payloads: Sequence[JobPayload], now: float
+    ) -> list[str]:
+        """Count the request's sessions against the tenant's quota (429 past it); the new ones."""
+        if tenant.max_sessions is None:
+            return []
+        # A fork's parent is not used by it; its copies are new sessions.
+        session_ids = {
+            p.session_id for p in payloads if p.session_id and not p.end_session and not p.fork_to
+        } | {fork for p in payloads for fork in p.fork_to}
+        if not session_ids:
+            return []
+        lifetime_s = self.settings.session_ttl_s + self.settings.api_wait_s(
+            self.settings.max_timeout
+        )
+        key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
+        try:
+            new = await quotas.claim_sessions(
+                self.redis, key, sorted(session_ids), now, lifetime_s, tenant.max_sessions
+            )
+        except (RedisError, OSError) as exc:
+            raise Unavailable(f"redis unavailable: {exc}") from exc
+        if new is None:
+            raise Overloaded(
+                f"tenant {tenant.name!r} has its quota of sessions ({tenant.max_sessions})",
+                "session_quota",
+            )
+        return new
+
+    async def _unclaim_sessions(self, tenant: Tenant, session_ids: list[str]) -> None:
+        """Stop counting these sessions (ended, or new in a request that was not admitted)."""
+        if session_ids:
+            key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
+            with contextlib.suppress(RedisError, OSError):
+                await quotas.forget_sessions(self.redis, key, session_ids)
 
     def abandon(self, futures: Sequence[asyncio.Future[ResultDict]]) -> None:
         """Nobody waits for these any more (the client went away): drop the jobs not started,
@@ -195,18 +325,27 @@ class Dispatcher:
         task.add_done_callback(self._cancelling.discard)
 
     def _abandon_if_admitted(
-        self, admission: asyncio.Future[bool], futures: Sequence[asyncio.Future[ResultDict]]
+        self,
+        admission: asyncio.Future[int],
+        futures: Sequence[asyncio.Future[ResultDict]],
+        bounds: GroupBounds,
+        execution_ids: list[str],
     ) -> None:
-        if not admission.cancelled() and admission.exception() is None and admission.result():
+        admitted = (
+            not admission.cancelled()
+            and admission.exception() is None
+            and admission.result() == jobqueue.ADMITTED
+        )
+        if admitted:
             self.abandon(futures)
+            self._in_flight.release(bounds.in_flight_key, execution_ids)
         else:
             self.awaiter.abandon(futures)
 
     async def _cancel(self, execution_ids: list[str]) -> None:
-        marker_ttl_s = int(self.settings.api_wait_s(self.settings.max_timeout)) + 1
         try:
             dropped, signalled = await self._run_sync(
-                self._job_queue.cancel, execution_ids, marker_ttl_s
+                self._job_queue.cancel, execution_ids, self._marker_ttl_s()
             )
         except (RedisError, OSError) as exc:
             log.warning("cancelling abandoned jobs failed: %s", exc)
@@ -218,13 +357,55 @@ class Dispatcher:
             extra=fields(jobs=len(execution_ids), dropped=len(dropped), killed=len(signalled)),
         )
 
-    async def end_session(self, client_id: str, request_id: str = "") -> bool:
+    async def cancel_group(self, group_id: str, request_id: str = "") -> GroupCancel | None:
+        """Cancel every waiting and running call of a group (its internal id) and end its
+        sessions; None when the group was never used (or expired)."""
+        dropped: list[str] = []
+        signalled: list[str] = []
+        try:
+            used, execution_ids, session_ids = await self._run_sync(
+                self._job_queue.group_members, group_id
+            )
+            if not used:
+                return None
+            if execution_ids:
+                dropped, signalled = await self._run_sync(
+                    self._job_queue.cancel,
+                    execution_ids,
+                    self._marker_ttl_s(),
+                    GROUP_CANCELLED,
+                    True,
+                )
+        except (RedisError, OSError) as exc:
+            raise Unavailable(f"redis unavailable: {exc}") from exc
+        # The sessions' cells of this group were cancelled above, so their ends run at once.
+        ended = await asyncio.gather(
+            *(self.end_session(session_id, request_id) for session_id in session_ids)
+        )
+        await self._run_sync(self._job_queue.forget_group_sessions, group_id, session_ids)
+        for session_id, was_ended in zip(session_ids, ended, strict=True):
+            if was_ended:
+                await self.session_ended(session_id)
+        log.info(
+            "group cancelled",
+            extra=fields(
+                group=group_id,
+                dropped=len(dropped),
+                killed=len(signalled),
+                sessions=sum(ended),
+            ),
+        )
+        return GroupCancel(len(dropped) + len(signalled), sum(ended))
+
+    def _marker_ttl_s(self) -> int:
+        return int(self.settings.api_wait_s(self.settings.max_timeout)) + 1
+
+    async def end_session(self, session_id: str, request_id: str = "") -> bool:
         """End a session (DELETE /sessions/{id}); whether it existed.
 
         The ending runs on the session's owner, behind the cells already queued there (they run
         first), and frees the interpreter there; with no live owner any worker forgets the keys.
         """
-        session_id = session_key(client_id)
         payload = JobPayload(
             code="", session_id=session_id, end_session=True, timeout_s=1.0, request_id=request_id
         )
@@ -237,27 +418,38 @@ class Dispatcher:
         return ended
 
     async def fork_session(
-        self, client_id: str, forks: Sequence[str], request_id: str = ""
+        self, session_id: str, forks: Sequence[str], request_id: str = ""
     ) -> bool | None:
-        """Fork a session into new sessions named `forks` (all the caller's ids, of the
-        caller's tenant); whether it existed (None: the fork job did not run: the queue
+        """Fork a session (its internal id) into new sessions named `forks` (internal ids, of
+        the same tenant); whether it existed (None: the fork job did not run: the queue
         deadline passed or its worker was lost).
 
         Like an ending, the fork runs on the session's owner behind the cells already queued
         there, so the forks copy the state those cells leave."""
         payload = JobPayload(
             code="",
-            session_id=session_key(client_id),
-            fork_to=tuple(session_key(fork) for fork in forks),
+            session_id=session_id,
+            fork_to=tuple(forks),
             timeout_s=1.0,
             request_id=request_id,
         )
-        (result,) = await self.submit([payload])
+        (result,) = await self.submit([payload])  # the forks count in the tenant's quota
         if result["status"] == "ok":
             return True
+        await self.sessions_ended(forks)
         if result["status"] == "error" and result["stderr"] == NO_SESSION:
             return False
         return None
+
+    async def session_ended(self, session_id: str) -> None:
+        """Stop counting an ended session against its tenant's quota."""
+        await self.sessions_ended([session_id])
+
+    async def sessions_ended(self, session_ids: Sequence[str]) -> None:
+        """Stop counting these sessions (ended, or forks never made) against the quota."""
+        tenant = tenant_var.get()
+        if tenant.max_sessions is not None:
+            await self._unclaim_sessions(tenant, list(session_ids))
 
     def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
         """The jobs with their queues set: session work to its owner's own queue (blocking)."""
@@ -269,10 +461,16 @@ class Dispatcher:
         if not sessions:
             return list(jobs)
         queues = iter(self.sessions.route(sessions))
-        return [
-            replace(job, queue=next(queues)) if job.payload.session_id is not None else job
-            for job in jobs
-        ]
+        routed: list[NewJob] = []
+        for job in jobs:
+            queue = next(queues) if job.payload.session_id is not None else None
+            # The store answers the shared queue when no worker owns the session: the job
+            # then stays on its tenant's shared queue.
+            if queue is None or queue == self.settings.queue_name:
+                routed.append(job)
+            else:
+                routed.append(replace(job, queue=queue))
+        return routed
 
     def _route_groups(self, groups: Sequence[Sequence[NewJob]]) -> Sequence[Sequence[NewJob]]:
         if not any(job.payload.session_id is not None for group in groups for job in group):
@@ -280,31 +478,37 @@ class Dispatcher:
         flat = iter(self.route([job for group in groups for job in group]))
         return [[next(flat) for _ in group] for group in groups]
 
-    def _admission(self, groups: Sequence[Sequence[NewJob]]) -> tuple[list[str], list[Any]]:
+    def _admission(
+        self, groups: Sequence[Sequence[NewJob]], bounds: Sequence[GroupBounds]
+    ) -> tuple[list[str], list[Any]]:
         """Route session work (a blocking round trip, only when there is some), then build the
         admission script's KEYS and ARGV."""
         routed = self._route_groups(groups)
-        return self._job_queue.admission(routed, self.settings.max_queue_depth)
+        return self._job_queue.admission(
+            routed, self.settings.max_queue_depth, bounds, self._tenant_queues
+        )
 
-    async def _admit_round(self, groups: Sequence[Sequence[NewJob]], size: int) -> list[bool]:
+    async def _admit_round(
+        self, groups: Sequence[Sequence[NewJob]], bounds: Sequence[GroupBounds], size: int
+    ) -> list[int]:
         has_sessions = any(job.payload.session_id is not None for group in groups for job in group)
         if size <= BUILD_ON_LOOP_MAX_JOBS and not has_sessions:
-            script_keys, argv = self._admission(groups)
+            script_keys, argv = self._admission(groups, bounds)
         else:
-            script_keys, argv = await self._run_sync(self._admission, groups)
+            script_keys, argv = await self._run_sync(self._admission, groups, bounds)
         replies = await self._admission_connection.run_script(
             jobqueue.ADMIT_SCRIPT, script_keys, argv
         )
-        return [bool(flag) for flag in replies]
+        return [int(verdict) for verdict in replies]
 
     @property
     def awaiter_reply_key(self) -> str:
         """The list this process's completion notices arrive on."""
         return keys.reply(self.settings.queue_name, self.api_id)
 
-    def _request_admission(self, jobs: list[NewJob]) -> asyncio.Future[bool]:
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._to_admit.put_nowait((jobs, future))
+    def _request_admission(self, jobs: list[NewJob], bounds: GroupBounds) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._to_admit.put_nowait((jobs, bounds, future))
         return future
 
     async def _admit_loop(self) -> None:
@@ -316,18 +520,19 @@ class Dispatcher:
                 item = self._to_admit.get_nowait()
                 batch.append(item)
                 size += len(item[0])
-            groups = [jobs for jobs, _ in batch]
+            groups = [jobs for jobs, _, _ in batch]
+            bounds = [bound for _, bound, _ in batch]
             try:
-                flags = await self._admit_round(groups, size)
+                verdicts = await self._admit_round(groups, bounds, size)
             except (RedisError, OSError) as exc:
                 error = Unavailable(f"redis unavailable: {exc}")
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(error)
                 continue
-            for (_, future), ok in zip(batch, flags, strict=True):
+            for (_, _, future), verdict in zip(batch, verdicts, strict=True):
                 if not future.done():
-                    future.set_result(ok)
+                    future.set_result(verdict)
 
     async def readiness(self) -> tuple[bool, str]:
         """(ready, reason): Redis reachable and at least one worker alive."""
@@ -353,6 +558,10 @@ class Dispatcher:
         """Jobs waiting: in the shared queue and in the workers' own queues (session cells)."""
         queue = self.settings.queue_name
         depth = await self._depth_script(
-            keys=[keys.rq_queue(queue), Liveness.of(self.settings).key]
+            keys=[
+                keys.rq_queue(queue),
+                Liveness.of(self.settings).key,
+                *(keys.rq_queue(q) for q in self._tenant_queues),
+            ]
         )
         return int(depth)

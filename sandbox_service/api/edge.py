@@ -1,5 +1,9 @@
-"""The HTTP edge every request passes: request id, API key, body size cap, access log, counts,
-and the cancellation of abandoned work.
+"""The HTTP edge every request passes: request id, API key and its tenant, body size cap, access
+log, counts, and the cancellation of abandoned work.
+
+The Bearer key is compared with every configured key (hmac.compare_digest, no early exit), so the
+time of a refusal tells nothing of which key came close; the tenant found is bound in
+`tenancy.tenant_var` for the request's task, where routes name its objects by it.
 
 A plain ASGI middleware rather than Starlette's BaseHTTPMiddleware, which costs a task and a
 stream per request; at thousands of requests in flight that matters.
@@ -21,9 +25,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandbox_service.api.compat.e2b import api_key_of, is_control_path, target_of
 from sandbox_service.logs import fields, request_id_from_header, request_id_var
+from sandbox_service.tenancy import DEFAULT_TENANT, Tenant, tenant_var
+from sandbox_service.tenants_file import Credential
 
 log = logging.getLogger("sandbox_service.access")
 
@@ -37,6 +45,7 @@ which cannot carry a secret (restrict them by network; they reveal no user data)
 KNOWN_ROUTES = frozenset(
     {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}
     | {"/run", "/run/batch", "/run/long-batch", "/run_code"}  # compat_routes
+    | {"/sandboxes", "/v2/sandboxes", "/mcp"}  # compat/wires
 )
 
 
@@ -50,12 +59,12 @@ class Edge:
     def __init__(
         self,
         app: ASGIApp,
-        api_key: str | None,
+        credentials: tuple[Credential, ...],
         max_body_bytes: int,
-        on_response: Callable[[str, int], None],
+        on_response: Callable[[str, int, str], None],
     ) -> None:
         self.app = app
-        self._api_key = api_key.encode() if api_key else None
+        self._credentials = credentials
         self._max_body_bytes = max_body_bytes
         self._on_response = on_response
 
@@ -68,8 +77,10 @@ class Edge:
         request_id = request_id_from_header(_header(headers, b"x-request-id"))
         token = request_id_var.set(request_id)
         path: str = scope["path"]
-        route = path if path in KNOWN_ROUTES else "other"
+        sandbox = target_of(path, headers)  # E2B's data plane: the sandbox's token (e2b_routes)
+        route = "e2b-sandbox" if sandbox else path if path in KNOWN_ROUTES else "other"
         status = 500
+        tenant: Tenant | None = DEFAULT_TENANT
         response_started = False
         watcher: asyncio.Task[None] | None = None
         disconnected = False
@@ -99,19 +110,24 @@ class Edge:
                 ]
             await send(message)
 
+        tenant_token = None
+        label = DEFAULT_TENANT.name  # the metrics' tenant: "" for a request of no tenant
         try:
-            if (
-                self._api_key is not None
-                and path not in OPEN_PATHS
-                and not self._authorized(headers)
-            ):
+            if self._credentials:
+                label = ""
+                if path not in OPEN_PATHS and sandbox is None:
+                    tenant = self._tenant_of(headers)
+                    label = tenant.name if tenant is not None else ""
+            if tenant is None:
                 await _reply(
                     send_wrapper,
                     401,
                     "missing or invalid API key",
                     [(b"www-authenticate", b"Bearer")],
+                    e2b_shape=is_control_path(path),  # the E2B SDK parses {"code", "message"}
                 )
                 return
+            tenant_token = tenant_var.set(tenant)
             length = _header(headers, b"content-length")
             if length is not None and length.isdigit() and int(length) > self._max_body_bytes:
                 await _reply(send_wrapper, 413, f"body over {self._max_body_bytes} bytes")
@@ -121,6 +137,8 @@ class Edge:
             except _BodyTooLarge:
                 if not response_started:
                     await _reply(send_wrapper, 413, f"body over {self._max_body_bytes} bytes")
+            except ClientDisconnect:  # gone mid-body, or closed at the server's body deadline
+                status = CLIENT_CLOSED_REQUEST
             except asyncio.CancelledError:
                 if not disconnected or request_task is None:
                     raise
@@ -131,7 +149,7 @@ class Edge:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-            self._on_response(route, status)
+            self._on_response(route, status, label)
             log.info(
                 "%s %s %d",
                 scope["method"],
@@ -139,13 +157,18 @@ class Edge:
                 status,
                 extra=fields(status=status, duration=round(time.perf_counter() - started, 6)),
             )
+            if tenant_token is not None:
+                tenant_var.reset(tenant_token)
             request_id_var.reset(token)
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        assert self._api_key is not None
-        value = headers.get(b"authorization", b"")
-        scheme, _, key = value.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(key.strip(), self._api_key)
+    def _tenant_of(self, headers: dict[bytes, bytes]) -> Tenant | None:
+        """The tenant whose key the request carries, or None (every key is compared)."""
+        key = presented_key(headers)
+        found = None
+        for credential in self._credentials:
+            if hmac.compare_digest(key or b"", credential.key):
+                found = credential.tenant
+        return found if key is not None else None
 
     def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0
@@ -165,15 +188,30 @@ class Edge:
         return capped_receive
 
 
+def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
+    """The API key a request presents: `Authorization: Bearer <key>`, else the E2B SDK's
+    `X-API-KEY` (its `e2b_<hex>` form decoded, e2b.api_key_of)."""
+    scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer":
+        return key.strip()
+    e2b_key = headers.get(b"x-api-key")
+    return None if e2b_key is None else api_key_of(e2b_key)
+
+
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
     value = headers.get(name)
     return value.decode("latin-1") if value is not None else None
 
 
 async def _reply(
-    send: Send, status: int, detail: str, extra_headers: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    status: int,
+    detail: str,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+    e2b_shape: bool = False,
 ) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    shape = {"code": status, "message": detail} if e2b_shape else {}
+    body = json.dumps({"detail": detail, **shape}).encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

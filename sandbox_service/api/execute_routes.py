@@ -1,4 +1,5 @@
-"""`POST /execute`, `POST /execute/batch` and `DELETE /sessions/{id}`: the API's own routes."""
+"""`POST /execute`, `POST /execute/batch`, `DELETE /sessions/{id}` and
+`POST /groups/{group}/cancel`: the API's own routes."""
 
 from __future__ import annotations
 
@@ -14,13 +15,24 @@ from pydantic import BaseModel, ValidationError
 from sandbox_service.api.context import ApiContext, context, to_payload
 from sandbox_service.api.validation import check_batch, check_request
 from sandbox_service.logs import request_id_var
-from trainer_client.wire import BatchRequest, BatchResponse, ExecuteRequest, ExecuteResult
+from sandbox_service.tenancy import scoped, tenant_var
+from trainer_client.wire import (
+    GROUP_PATTERN,
+    BatchRequest,
+    BatchResponse,
+    ExecuteRequest,
+    ExecuteResult,
+    GroupCancelled,
+)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing or wrong API key (when the server has one)"},
+    401: {"description": "Missing or unknown API key (when the server has keys)"},
     413: {"description": "Body larger than the server's max_body_bytes"},
     422: {"description": "Invalid request; `detail[].loc` names the field (and batch index)"},
-    429: {"description": "Queue full; nothing was run. Retry after `Retry-After` seconds"},
+    429: {
+        "description": "Queue full, or the key's tenant over a quota (calls in flight, sessions, "
+        "its share of the queue); nothing was run. Retry after `Retry-After` seconds"
+    },
     503: {"description": "Redis unreachable, no worker, or shutting down; `detail` says which"},
 }
 BODY_MODELS: tuple[type[BaseModel], ...] = (ExecuteRequest, BatchRequest)
@@ -84,7 +96,10 @@ async def execute_batch(http_request: Request, ctx: Context) -> Response:
     "/sessions/{session_id}",
     status_code=204,
     responses={
-        404: {"description": "No such session (never created, ended, or expired)"},
+        404: {
+            "description": "No such session of this key (never created, ended, expired, or "
+            "another key's)"
+        },
         **{code: ERRORS[code] for code in (401, 429, 503)},
     },
 )
@@ -94,8 +109,33 @@ async def end_session(
     """End a session: its interpreter is freed and its recorded cells forgotten.
 
     Cells of the session admitted earlier run first. A later cell with the same id starts
-    a new, empty session.
+    a new, empty session. Only the key's own sessions are found.
     """
-    if not await ctx.dispatcher.end_session(session_id, request_id_var.get()):
+    internal = scoped(tenant_var.get(), session_id)
+    if not await ctx.dispatcher.end_session(internal, request_id_var.get()):
         return JSONResponse({"detail": f"no session {session_id!r}"}, status_code=404)
+    await ctx.dispatcher.session_ended(internal)
     return Response(status_code=204)
+
+
+@router.post(
+    "/groups/{group:path}/cancel",
+    response_model=GroupCancelled,
+    responses={
+        404: {"description": "No such group for this key (never used, or expired)"},
+        **{code: ERRORS[code] for code in (401, 422, 429, 503)},
+    },
+)
+async def cancel_group(
+    group: Annotated[str, PathParam(pattern=GROUP_PATTERN)], ctx: Context
+) -> Response:
+    """Cancel every queued and running call of a group and end its sessions.
+
+    Queued calls never run, running ones are killed within a second; each answers `cancelled`.
+    A group is the caller's: for another key it does not exist (404).
+    """
+    done = await ctx.dispatcher.cancel_group(scoped(tenant_var.get(), group), request_id_var.get())
+    if done is None:
+        return JSONResponse({"detail": f"no group {group!r}"}, status_code=404)
+    answer = GroupCancelled(group=group, cancelled=done.cancelled, sessions=done.sessions)
+    return JSONResponse(answer.model_dump())

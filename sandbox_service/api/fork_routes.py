@@ -14,6 +14,7 @@ from sandbox_service.api.context import ApiContext, context
 from sandbox_service.api.dispatch import Unavailable
 from sandbox_service.api.execute_routes import ERRORS
 from sandbox_service.logs import request_id_var
+from sandbox_service.tenancy import scoped, tenant_var
 from trainer_client.wire import ForkRequest, ForkResponse
 
 router = APIRouter()
@@ -49,7 +50,10 @@ async def fork_session(
             [{"type": "less_than_equal", "loc": ("body", "n"), "msg": message, "input": body.n}]
         )
     forks = [new_fork_id() for _ in range(body.n)]
-    forked = await ctx.dispatcher.fork_session(session_id, forks, request_id_var.get())
+    tenant = tenant_var.get()  # the session and its forks are the caller's (as in to_payload)
+    forked = await ctx.dispatcher.fork_session(
+        scoped(tenant, session_id), [scoped(tenant, fork) for fork in forks], request_id_var.get()
+    )
     if forked is None:
         raise Unavailable("the fork did not run (queue deadline or lost worker); retry")
     if not forked:

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.jobs import ResultDict
+from trainer_client.wire import INFRASTRUCTURE_STATUSES
 
 _TIME_BUCKETS_S = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -35,15 +36,17 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.http_responses = Counter(
-            "rl_sandbox_http_responses", "HTTP responses by route and status code",
-            ["route", "code"], registry=r,
+            "rl_sandbox_http_responses",
+            "HTTP responses by route, status code and tenant (empty: no valid key)",
+            ["route", "code", "tenant"], registry=r,
         )  # fmt: skip
         self.executions = Counter(
-            "rl_sandbox_executions", "Execution results by status", ["status"], registry=r
-        )
+            "rl_sandbox_executions", "Execution results by status and tenant",
+            ["status", "tenant"], registry=r,
+        )  # fmt: skip
         self.rejected = Counter(
-            "rl_sandbox_rejected_requests", "Requests refused before running, by reason",
-            ["reason"], registry=r,
+            "rl_sandbox_rejected_requests", "Requests refused before running, by reason and tenant",
+            ["reason", "tenant"], registry=r,
         )  # fmt: skip
         self.queue_wait = Histogram(
             "rl_sandbox_queue_wait_seconds", "Time from admission to the start of the run",
@@ -74,11 +77,14 @@ class Metrics:
         self.scraped = ScrapedValues()
         r.register(self.scraped)
 
-    def observe_result(self, result: ResultDict) -> None:
-        """Count one execution result and its times."""
-        self.executions.labels(result["status"]).inc()
+    def observe_result(self, result: ResultDict, tenant: str) -> None:
+        """Count one execution result of `tenant` and its times (the run's time only when the
+        program's own outcome ended it: an infrastructure status says when the service stopped
+        it)."""
+        self.executions.labels(result["status"], tenant).inc()
         self.queue_wait.observe(result["queue_time"])
-        self.execution_wall.observe(result["wall_time"])
+        if result["status"] not in INFRASTRUCTURE_STATUSES:
+            self.execution_wall.observe(result["wall_time"])
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

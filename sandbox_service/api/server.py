@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import resource
 import signal
 import sys
 from types import FrameType
@@ -10,8 +12,10 @@ from types import FrameType
 import uvicorn
 
 from sandbox_service.api.app import create_app
+from sandbox_service.api.connections import ConnectionLimits, bounded_protocol
 from sandbox_service.logs import configure_logging
 from sandbox_service.settings import Settings
+from sandbox_service.tenants_file import TenantsFileError
 
 
 class _DrainingServer(uvicorn.Server):
@@ -32,6 +36,11 @@ def serve(settings: Settings, host: str, port: int) -> int:
     if settings.redis_url is None:
         print("rl-sandbox api: no Redis: set REDIS_URL (or RL_SANDBOX_REDIS_URL)", file=sys.stderr)
         return 2
+    try:
+        settings.credentials()  # the tenants file: refused here, with the table and field
+    except TenantsFileError as exc:
+        print(f"rl-sandbox api: {exc}", file=sys.stderr)
+        return 2
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -41,11 +50,40 @@ def serve(settings: Settings, host: str, port: int) -> int:
         access_log=False,
         backlog=4096,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
-        timeout_keep_alive=30,
+        timeout_keep_alive=math.ceil(settings.keep_alive_s),
+        http=bounded_protocol(connection_limits(settings)),
+        ws="none",  # no route upgrades; an Upgrade header is an ordinary request
     )
+    _fit_open_files(settings.max_connections)
     # uvicorn re-raises the stop signal once it has shut down, under the handler that was there
     # before it: make that one a no-op, so that a drained shutdown exits 0.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)
     _DrainingServer(config, app.state.context.dispatcher).run()
     return 0
+
+
+def connection_limits(settings: Settings) -> ConnectionLimits:
+    """The limits on clients' connections, from the settings of the same names."""
+    return ConnectionLimits(
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        max_header_bytes=settings.max_header_bytes,
+        max_connections=settings.max_connections,
+    )
+
+
+def _fit_open_files(max_connections: int) -> None:
+    """Raise the soft open-file limit so max_connections fit (with room for Redis and logs)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new_soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        if new_soft < wanted:
+            logging.getLogger(__name__).warning(
+                "open-file limit %d is below max_connections + 256 (%d): connections past it "
+                "wait in the kernel's backlog",
+                new_soft,
+                wanted,
+            )

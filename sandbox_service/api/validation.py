@@ -30,6 +30,8 @@ def check_request(
             {"type": "value_error", "loc": [*loc, field], "msg": message, "input": value}
         )
 
+    if request.language != "python" and request.session_id is not None:
+        problem("session_id", f"sessions run Python; language is {request.language!r}", None)
     code_bytes = len(request.code.encode("utf-8", "surrogatepass"))
     if code_bytes > settings.max_code_bytes:
         problem("code", f"code is {code_bytes} bytes; at most {settings.max_code_bytes}", None)
@@ -37,12 +39,30 @@ def check_request(
         problem("timeout", f"timeout must be <= {settings.max_timeout}", request.timeout)
     if request.memory_mb > settings.max_memory_mb:
         problem("memory_mb", f"memory_mb must be <= {settings.max_memory_mb}", request.memory_mb)
+    stdin_bytes = utf8_size(request.stdin)
+    if stdin_bytes > settings.max_stdin_bytes:
+        problem("stdin", f"stdin is {stdin_bytes} bytes; at most {settings.max_stdin_bytes}", None)
     files_bytes = sum(decoded_size(data) for data in request.files.values())
     if files_bytes > settings.max_files_bytes:
         problem(
             "files", f"files total {files_bytes} bytes; at most {settings.max_files_bytes}", None
         )
+    if len(request.files) > settings.max_input_files:
+        problem("files", f"{len(request.files)} files; at most {settings.max_input_files}", None)
+    if len(request.fetch_files) > settings.max_fetch_files:
+        message = f"{len(request.fetch_files)} paths; at most {settings.max_fetch_files}"
+        problem("fetch_files", message, None)
+    for field, paths in (("files", request.files), ("fetch_files", request.fetch_files)):
+        longest = max(map(utf8_size, paths), default=0)
+        if longest > settings.max_path_bytes:
+            message = f"a path of {longest} bytes; at most {settings.max_path_bytes}"
+            problem(field, message, None)
     return problems
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (lone surrogates, refused elsewhere, count as three)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def check_batch(batch: BatchRequest, settings: Settings) -> list[Problem]:

@@ -3,9 +3,15 @@
 Jobs are ordinary RQ jobs (JSON serializer, never pickle), so `rq info` and RQ's registries see
 them. The API writes their records as RQ does, without RQ's Job objects (rq_format.py: a third
 of the CPU, tested against RQ's own). There is one shared queue, and each worker has its own
-queue (session cells go to the worker that holds the session, see session_store.py); a worker
-serves its own queue and the shared one in turn (RQ's round-robin dequeue: after a job from
-one, the other is tried first).
+queue (session cells go to the worker that holds the session, see session_store.py). With a
+tenants file each tenant has its own shared queue (keys.tenant_queue); the API publishes the
+tenants and weights in Redis (keys.tenants) and idle workers re-read them every few seconds, so
+workers never hold the keys. A worker listens on its own queue and every tenant's queue with
+RQ's multi-queue BLPOP (the first non-empty queue of its
+list wins) and, after each job, reorders that list by fair_share.FairOrder: tenants in proportion
+to their weights, its own queue (session cells) as much as all tenants together, so neither
+session cells nor stateless calls starve the other. One tenant, no own queue traffic: RQ's
+round robin, as before.
 RQ's stock worker costs about 70 Redis commands and 9 ms of CPU per job (measured here: 113
 no-op jobs/s per worker), more than a warm jailed `print(1)` itself. So `LeanWorker` keeps RQ's
 loop (blocking dequeue, registration, signals, suspension, maintenance) and replaces the per-job
@@ -34,7 +40,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,8 +56,9 @@ from rq.worker import DequeueStrategy, WorkerStatus
 
 from sandbox_service import keys
 from sandbox_service.broker import rq_format
-from sandbox_service.cancel import NEVER_RAN
+from sandbox_service.cancel import CLIENT_LEFT, never_ran
 from sandbox_service.execution import Status
+from sandbox_service.fair_share import FairOrder
 from sandbox_service.jobs import (
     JobPayload,
     ResultDict,
@@ -60,6 +67,7 @@ from sandbox_service.jobs import (
     failure_result,
 )
 from sandbox_service.logs import fields
+from sandbox_service.tenancy import TENANT_NAME
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -99,33 +107,48 @@ class JobState:
     """The RQ queue name the job was enqueued on."""
 
 
-# KEYS[1]: the shared queue's list, KEYS[2]: the alive set. A worker's own queue's list is
-# keys.rq_queue(keys.worker_queue(queue, worker)), that is KEYS[1] .. ':w:' .. worker.
+# KEYS[1]: the shared queue's list, KEYS[2]: the alive set, KEYS[3..]: the other tenants' shared
+# queues' lists. A worker's own queue's list is keys.rq_queue(keys.worker_queue(queue, worker)),
+# that is KEYS[1] .. ':w:' .. worker.
 _WAITING = """
 local depth = redis.call('LLEN', KEYS[1])
+for k = 3, #KEYS do depth = depth + redis.call('LLEN', KEYS[k]) end
 for _, worker in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   depth = depth + redis.call('LLEN', KEYS[1] .. ':w:' .. worker)
 end
 """
 
 DEPTH_SCRIPT = _WAITING + "return depth"
-"""Jobs waiting: in the shared queue and in the own queues of registered workers."""
+"""Jobs waiting: in the tenants' shared queues and in the own queues of registered workers."""
+
+ADMITTED, QUEUE_FULL, TENANT_QUEUE_FULL, IN_FLIGHT_QUOTA = 1, 0, 2, 3
+"""ADMIT_SCRIPT's verdicts on a group."""
 
 ADMIT_SCRIPT = (
     _WAITING
     + """
 local max_depth = tonumber(ARGV[1])
-local i = 3
+local now = ARGV[3]
+local i = 4
 local admitted = {}
 for g = 1, tonumber(ARGV[2]) do
-  local size, ncommands = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  i = i + 2
-  local fits = depth + size <= max_depth
-  if fits then depth = depth + size end
-  admitted[g] = fits and 1 or 0
+  local size, tenant_queue, share = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2])
+  local flight, max_flight, ncommands = ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  i = i + 6
+  local verdict = 1
+  if depth + size > max_depth then
+    verdict = 0
+  elseif redis.call('LLEN', tenant_queue) + size > share then
+    verdict = 2
+  elseif flight ~= '' then
+    redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
+    if redis.call('ZCARD', flight) + size > max_flight then verdict = 3 end
+  end
+  if verdict == 1 then depth = depth + size end
+  admitted[g] = verdict
   for _ = 1, ncommands do
     local nargs = tonumber(ARGV[i])
-    if fits then redis.call(unpack(ARGV, i + 1, i + nargs)) end
+    if verdict == 1 then redis.call(unpack(ARGV, i + 1, i + nargs)) end
     i = i + 1 + nargs
   end
 end
@@ -133,10 +156,44 @@ return admitted
 """
 )
 """Admission in one round trip (KEYS and ARGV from JobQueue.admission): each group is enqueued
-whole if the work waiting stays within its bound, else nothing of it; returns 1 or 0 per group.
-The work waiting is the shared queue plus the own queues (session cells) of registered workers.
-Atomic, so the bound is exact across API replicas too. Like RQ's own MULTI it touches keys it
-does not declare: one Redis (or one shard), as RQ needs anyway."""
+whole if the work waiting stays within its bound, its tenant's shared queue within the tenant's
+share of that bound, and the tenant's calls in flight within its quota; else nothing of it.
+Returns a verdict per group (ADMITTED, QUEUE_FULL, ...). The work waiting is every tenant's
+shared queue plus the own queues (session cells) of registered workers. Atomic, so the bounds
+are exact across API replicas too. Like RQ's own MULTI it touches keys it does not declare: one
+Redis (or one shard), as RQ needs anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupBounds:
+    """What one admitted group must fit in besides the queue's bound: its tenant's bounds."""
+
+    tenant_queue: str = ""
+    """RQ queue name of the tenant's shared queue (empty: the shared queue)."""
+    queue_share: int | None = None
+    """Most jobs the tenant's shared queue may hold (None: the queue's whole bound)."""
+    in_flight_key: str = ""
+    """The tenant's in-flight zset (empty: no quota of calls in flight)."""
+    max_in_flight: int = 0
+    expires_at: float = 0.0
+    """When the group's members stop counting in flight (epoch s): its wait's deadline."""
+
+
+TENANTS_REFRESH_S = 5.0
+"""How often an idle worker re-reads the published tenants (and how long one dequeue blocks)."""
+
+
+def read_tenant_weights(connection: redis.Redis, queue_name: str) -> dict[str, float]:
+    """The tenants the API replicas published (name -> weight); malformed entries skipped."""
+    weights: dict[str, float] = {}
+    for raw_name, raw_weight in connection.hgetall(keys.tenants(queue_name)).items():
+        name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+        with contextlib.suppress(ValueError):
+            weight = float(raw_weight)
+            if TENANT_NAME.fullmatch(name) and math.isfinite(weight) and weight > 0:
+                weights[name] = weight
+    return dict(sorted(weights.items()))
+
 
 WORKER_TTL_S = 60
 """RQ's worker registration TTL; RQ blocks in BLPOP for WORKER_TTL_S - 15 seconds at a time."""
@@ -186,24 +243,47 @@ class JobQueue:
     """Enqueue, inspect and withdraw jobs (synchronous: the API calls these from threads), and
     build the admission script's arguments (sent by the API on its asyncio client)."""
 
-    def __init__(self, connection: redis.Redis, queue_name: str, result_ttl_s: int) -> None:
+    def __init__(
+        self,
+        connection: redis.Redis,
+        queue_name: str,
+        result_ttl_s: int,
+        group_ttl_s: int = 3600,
+    ) -> None:
         self._redis = connection
         self._name = queue_name
         self._result_ttl_s = result_ttl_s
+        self._group_ttl_s = group_ttl_s
+        self._drop_script = connection.register_script(DROP_SCRIPT)
 
     def admission(
-        self, groups: Sequence[Sequence[NewJob]], max_depth: int
+        self,
+        groups: Sequence[Sequence[NewJob]],
+        max_depth: int,
+        bounds: Sequence[GroupBounds] | None = None,
+        tenant_queues: Sequence[str] = (),
     ) -> tuple[list[str], list[Any]]:
         """(KEYS, ARGV) of ADMIT_SCRIPT for these groups: the commands that enqueue each group
-        as RQ would, which the script runs for each group that fits (the caller sends it)."""
-        argv: list[Any] = [max_depth, len(groups)]
-        for group in groups:
+        as RQ would, which the script runs for each group that fits (the caller sends it).
+
+        `bounds`: each group's tenant bounds (None: none); `tenant_queues`: the RQ queue names
+        of the tenants' shared queues other than the shared one (they count in the depth)."""
+        argv: list[Any] = [max_depth, len(groups), time.time()]
+        for g, group in enumerate(groups):
+            bound = bounds[g] if bounds is not None else GroupBounds()
             commands = self._enqueue_commands(group)
-            argv += [len(group), len(commands)]
+            if bound.in_flight_key:
+                members = [part for job in group for part in (bound.expires_at, job.execution_id)]
+                commands.append(["ZADD", bound.in_flight_key, *members])
+                commands.append(["EXPIREAT", bound.in_flight_key, math.ceil(bound.expires_at)])
+            share = max_depth if bound.queue_share is None else bound.queue_share
+            argv += [len(group), keys.rq_queue(bound.tenant_queue or self._name), share]
+            argv += [bound.in_flight_key, bound.max_in_flight, len(commands)]
             for command in commands:
                 argv.append(len(command))
                 argv.extend(command)
-        return [keys.rq_queue(self._name), keys.alive(self._name)], argv
+        script_keys = [keys.rq_queue(self._name), keys.alive(self._name)]
+        return script_keys + [keys.rq_queue(q) for q in tenant_queues], argv
 
     def _enqueue_commands(self, jobs: Sequence[NewJob], at_front: bool = False) -> list[list[Any]]:
         # RQ's own records (rq_format.py), without its Job objects: per queue, its registration,
@@ -231,6 +311,28 @@ class JobQueue:
             ids = [job.execution_id for job in queued]
             push = ["LPUSH", queue_key, *reversed(ids)] if at_front else ["RPUSH", queue_key, *ids]
             commands.append(push)
+        commands += self._group_commands(jobs)
+        return commands
+
+    def _group_commands(self, jobs: Sequence[NewJob]) -> list[list[Any]]:
+        # Each group's members (its waiting jobs, and the sessions its cells ran in), before the
+        # jobs can finish: a worker removes a job from its group when it answers it.
+        members: dict[str, list[str]] = {}
+        sessions: dict[str, list[str]] = {}
+        for job in jobs:
+            group = job.payload.group
+            if group is None:
+                continue
+            members.setdefault(group, [keys.GROUP_USED]).append(job.execution_id)
+            if job.payload.session_id is not None and not job.payload.end_session:
+                sessions.setdefault(group, []).append(job.payload.session_id)
+        commands: list[list[Any]] = []
+        for group, ids in members.items():
+            key = keys.group(self._name, group)
+            commands += [["SADD", key, *ids], ["EXPIRE", key, self._group_ttl_s]]
+        for group, session_ids in sessions.items():
+            key = keys.group_sessions(self._name, group)
+            commands += [["SADD", key, *session_ids], ["EXPIRE", key, self._group_ttl_s]]
         return commands
 
     def enqueue(self, jobs: Sequence[NewJob], at_front: bool = False) -> None:
@@ -269,20 +371,30 @@ class JobQueue:
         return removed
 
     def cancel(
-        self, execution_ids: Sequence[str], marker_ttl_s: int
+        self,
+        execution_ids: Sequence[str],
+        marker_ttl_s: int,
+        reason: str = CLIENT_LEFT,
+        answer: bool = False,
     ) -> tuple[list[str], list[str]]:
-        """The clients of these jobs went away: drop the waiting ones, kill the running ones.
+        """Cancel these jobs (their clients went away, or their group was cancelled): drop the
+        waiting ones, kill the running ones.
 
         Returns (dropped: removed from their queues, never run; signalled: their workers were
-        told to kill them). The marker is set first: a worker that dequeues one in between
-        sees it in its prepare pipeline, which also names it as the job's worker, so every job
-        is either dropped, skipped by its worker, or signalled.
+        told to kill them). The marker (its value: `reason`) is set first: a worker that
+        dequeues one in between sees it in its prepare pipeline, which also names it as the
+        job's worker, so every job is either dropped, skipped by its worker, or signalled.
+        `answer`: someone still waits for them (a cancelled group), so a dropped job's
+        `cancelled` result is delivered to its API, in the same script that drops it.
         """
         with self._redis.pipeline(transaction=False) as pipe:
             for execution_id in execution_ids:
-                pipe.set(keys.cancelled(self._name, execution_id), 1, ex=marker_ttl_s)
+                pipe.set(keys.cancelled(self._name, execution_id), reason, ex=marker_ttl_s)
             pipe.execute()
-        removed = self.withdraw(execution_ids)
+        if answer:
+            removed = self._drop_answering(execution_ids, reason)
+        else:
+            removed = self.withdraw(execution_ids)
         started = [
             execution_id for execution_id, r in zip(execution_ids, removed, strict=True) if not r
         ]
@@ -305,6 +417,62 @@ class JobQueue:
                     signalled.append(execution_id)
             pipe.execute()
         return dropped, signalled
+
+    def _drop_answering(self, execution_ids: Sequence[str], reason: str) -> list[bool]:
+        """Remove waiting jobs from their queues and answer them `cancelled`, each atomically
+        (so the waiting API's watchdog never sees one gone without its result)."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                pipe.hmget(keys.rq_job(execution_id), "origin", "data", "status")
+            records = pipe.execute()
+        removed = [False] * len(execution_ids)
+        queued: list[int] = []
+        with self._redis.pipeline(transaction=False) as pipe:
+            for i, (execution_id, (origin, data, status)) in enumerate(
+                zip(execution_ids, records, strict=True)
+            ):
+                if status != b"queued" or data is None:
+                    continue  # started, finished or gone: its worker answers
+                try:
+                    payload = JobPayload.from_wire(rq_format.job_args(data)[0])
+                except (ValueError, KeyError, TypeError, IndexError):
+                    continue
+                queue_time = time.time() - payload.admitted_at
+                result_json = encode_result(
+                    failure_result(Status.CANCELLED, never_ran(reason), execution_id, queue_time)
+                )
+                notice = encode_notice(execution_id, result_json) if payload.reply_to else ""
+                queue = origin.decode() if origin else self._name
+                group_key = keys.group(self._name, payload.group) if payload.group else ""
+                self._drop_script(
+                    keys=[
+                        keys.rq_queue(queue),
+                        keys.rq_job(execution_id),
+                        keys.result(self._name, execution_id),
+                        payload.reply_to,
+                        group_key,
+                    ],
+                    args=[execution_id, result_json, self._result_ttl_s, notice],
+                    client=pipe,
+                )
+                queued.append(i)
+            for i, dropped in zip(queued, pipe.execute(), strict=True):
+                removed[i] = bool(dropped)
+        return removed
+
+    def group_members(self, group_id: str) -> tuple[bool, list[str], list[str]]:
+        """(whether the group was used, its jobs not yet answered, its sessions)."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.smembers(keys.group(self._name, group_id))
+            pipe.smembers(keys.group_sessions(self._name, group_id))
+            members, sessions = pipe.execute()
+        ids = sorted(m.decode() for m in members if m != keys.GROUP_USED.encode())
+        return bool(members), ids, sorted(s.decode() for s in sessions)
+
+    def forget_group_sessions(self, group_id: str, session_ids: Sequence[str]) -> None:
+        """The group's sessions were ended: drop them from its set."""
+        if session_ids:
+            self._redis.srem(keys.group_sessions(self._name, group_id), *session_ids)
 
     def forget(self, execution_ids: Sequence[str]) -> None:
         """Delete the records of lost jobs (a started job whose worker died stays "started")."""
@@ -403,26 +571,43 @@ end
 local fields = redis.call('HMGET', KEYS[1], """
     + _FIELD_NAMES
     + """)
-return {fields, redis.call('EXISTS', KEYS[2])}
+return {fields, redis.call('GET', KEYS[2])}
 """
 )
 """A dequeued job's start in one round trip (KEYS: the job hash, its cancel marker; ARGV: RQ's
 own commands that mark it started by this worker, counted as in ADMIT_SCRIPT). Returns its
-fields and whether it was cancelled, or false when the job hash is gone (nothing is written
-then). The marker is read after the worker name is set (see JobQueue.cancel)."""
+fields and its cancel marker (the reason, or false), or false when the job hash is gone (nothing
+is written then). The marker is read after the worker name is set (see JobQueue.cancel)."""
+
+DROP_SCRIPT = """
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3])
+if KEYS[4] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[4])
+  redis.call('EXPIRE', KEYS[4], ARGV[3])
+end
+if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[1]) end
+return 1
+"""
+"""Drop one waiting job and answer it (KEYS: its queue's list, its hash, its result key, its
+API's reply list or '', its group's set or ''; ARGV: its id, the result JSON, its TTL, the
+notice): 1 when it was still waiting, else 0 and nothing is written (a worker has it)."""
 
 
 DELIVER_SCRIPT = """
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-if KEYS[4] then
+if KEYS[4] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[3])
   redis.call('EXPIRE', KEYS[4], ARGV[2])
 end
+if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
 redis.call('DEL', KEYS[2])
 redis.call('HINCRBY', KEYS[3], 'successful_job_count', 1)
 """
-"""A job's result, atomically (KEYS: result key, job hash, worker hash[, reply list]; ARGV:
-result JSON, its TTL, the notice): store it, notify the waiter, delete the job hash, count it."""
+"""A job's result, atomically (KEYS: result key, job hash, worker hash, reply list or '', group
+set or ''; ARGV: result JSON, its TTL, the notice, the job id): store it, notify the waiter,
+leave the group, delete the job hash, count it."""
 
 
 class LeanQueue(Queue):
@@ -449,19 +634,78 @@ class LeanWorker(SimpleWorker):
         queue_name: str,
         result_ttl_s: int,
         own_queue: str | None = None,
+        tenant_weights: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        queues = [own_queue, queue_name] if own_queue else [queue_name]
-        super().__init__(queues, serializer=JSONSerializer, queue_class=LeanQueue, **kwargs)
-        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
-        self._uses_intermediate_list = len(queues) == 1
-        self._handler = handler
+        self._own_queue = own_queue
         self._queue_name = queue_name
+        # Fixed weights (tests, scripts) or those the API publishes, re-read while idle.
+        self._follows_published = tenant_weights is None
+        weights = dict(tenant_weights or {})
+        if self._follows_published:
+            with contextlib.suppress(redis.RedisError):
+                weights = read_tenant_weights(kwargs["connection"], queue_name)
+        self._weights = weights or {"default": 1.0}
+        self._tenants_read_at = time.monotonic()
+        super().__init__(
+            self._queue_names(), serializer=JSONSerializer, queue_class=LeanQueue, **kwargs
+        )
+        self._fair = FairOrder(self._shares())
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
+        self._dequeued_from_one = len(self.queues) == 1
+        self._handler = handler
         self._result_ttl_s = result_ttl_s
         self._suspension_checked_at = 0.0
         self._heartbeat_at = 0.0
         self._prepare_script = self.connection.register_script(PREPARE_SCRIPT)
         self._deliver_script = self.connection.register_script(DELIVER_SCRIPT)
+
+    def _shares(self) -> dict[str, float]:
+        shares = {keys.tenant_queue(self._queue_name, t): w for t, w in self._weights.items()}
+        if self._own_queue:
+            shares = {self._own_queue: sum(self._weights.values()), **shares}
+        return shares
+
+    def _queue_names(self) -> list[str]:
+        return list(self._shares())
+
+    @property
+    def dequeue_timeout(self) -> int:
+        """Seconds one blocking dequeue waits: short, so that an idle worker picks up a new
+        tenant's queue soon after an API publishes it."""
+        return math.ceil(TENANTS_REFRESH_S)
+
+    def _refresh_tenants(self) -> None:
+        """Re-read the published tenants (every TENANTS_REFRESH_S) and listen to their queues."""
+        now = time.monotonic()
+        if not self._follows_published or now - self._tenants_read_at < TENANTS_REFRESH_S:
+            return
+        self._tenants_read_at = now
+        weights = read_tenant_weights(self.connection, self._queue_name)
+        if not weights or weights == self._weights:
+            return  # nothing published (Redis restarted): keep serving what we know
+        self._weights = weights
+        self._fair = FairOrder(self._shares())
+        self.queues = [
+            self._queue_by_name.get(name)
+            or self.queue_class(
+                name=name,
+                connection=self.connection,
+                job_class=self.job_class,
+                serializer=self.serializer,
+            )
+            for name in self._queue_names()
+        ]
+        self._queue_by_name = {queue.name: queue for queue in self.queues}
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
+        log.info("worker serves tenants", extra=fields(worker=self.name, tenants=weights))
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """After a job from `reference_queue`: the queues in fair-share order (module doc)."""
+        # RQ moves a job into an intermediate list (BLMOVE) only when it listens on one queue.
+        self._dequeued_from_one = len(self._ordered_queues) == 1
+        self._fair.served(reference_queue.name)
+        self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
 
     # RQ calls these several times per job, each a round trip; rate-limit them.
     def set_state(self, state: str, pipeline: Any = None) -> None:
@@ -470,6 +714,8 @@ class LeanWorker(SimpleWorker):
             super().set_state(state, pipeline=pipeline)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        if pipeline is None and self._state == WorkerStatus.IDLE:
+            self._refresh_tenants()  # RQ beats before each blocking dequeue
         now = time.monotonic()
         if (
             pipeline is None
@@ -495,6 +741,7 @@ class LeanWorker(SimpleWorker):
         # BUSY first: RQ's SIGTERM handler then waits for this job (warm shutdown).
         self._state = WorkerStatus.BUSY
         reply_to = ""
+        group = ""
         try:
             cancelled = self._start(job, queue)
             if cancelled is None:  # deleted after its dequeue (RQ's fetch would skip it too)
@@ -502,16 +749,18 @@ class LeanWorker(SimpleWorker):
                 return
             reply_to = JobPayload.reply_to_of(job.args[0])
             payload = JobPayload.from_wire(job.args[0])
+            group = keys.group(self._queue_name, payload.group) if payload.group else ""
             if cancelled:
                 log.info("job cancelled before it started", extra=fields(execution_id=job.id))
-                self._deliver(job, reply_to, failure_result(Status.KILLED, NEVER_RAN, job.id))
+                result = failure_result(Status.CANCELLED, never_ran(cancelled), job.id)
+                self._deliver(job, reply_to, result, group)
                 return
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):
                     result = self._handler.run(job.id, payload)
             except JobTimeoutException:
                 result = self._handler.abandon(job.id, payload, "the job exceeded its time budget")
-            self._deliver(job, reply_to, result)
+            self._deliver(job, reply_to, result, group)
         except redis.RedisError:
             # The API's watchdog answers for this job (retry or sandbox_error).
             log.exception("redis failed around job %s", job.id)
@@ -519,18 +768,18 @@ class LeanWorker(SimpleWorker):
             log.exception("job %s failed in the worker", job.id)
             with contextlib.suppress(redis.RedisError):
                 error = failure_result(Status.SANDBOX_ERROR, f"worker error: {exc}", job.id)
-                self._deliver(job, reply_to, error)
+                self._deliver(job, reply_to, error, group)
         finally:
             self._state = WorkerStatus.IDLE
 
-    def _start(self, job: Job, queue: Queue) -> bool | None:
-        """Mark the job started by this worker and read it; whether it was cancelled, or None
-        when its hash is gone."""
+    def _start(self, job: Job, queue: Queue) -> str | None:
+        """Mark the job started by this worker and read it; its cancel reason ("" when it was
+        not cancelled), or None when its hash is gone."""
         # RQ's own commands, recorded on a pipeline that is never sent (as in admission).
         record = self.connection.pipeline(transaction=False)
         try:
             job.prepare_for_execution(self.name, pipeline=record)
-            if self._uses_intermediate_list:
+            if self._dequeued_from_one:
                 record.lrem(queue.intermediate_queue_key, 1, job.id)
             argv: list[Any] = []
             for args, _ in record.command_stack:
@@ -545,15 +794,17 @@ class LeanWorker(SimpleWorker):
         values, cancelled = reply
         if isinstance(job, DequeuedJob):
             job.restore_fields(values)
-        return bool(cancelled)
+        if not cancelled:
+            return ""
+        return cancelled.decode() if isinstance(cancelled, bytes) else str(cancelled)
 
-    def _deliver(self, job: Job, reply_to: str, result: ResultDict) -> None:
+    def _deliver(self, job: Job, reply_to: str, result: ResultDict, group: str = "") -> None:
         result_json = encode_result(result)
         result_key = keys.result(self._queue_name, job.id)
         notice = encode_notice(job.id, result_json) if reply_to else ""
         self._deliver_script(
-            keys=[result_key, job.key, self.key, *([reply_to] if reply_to else [])],
-            args=[result_json, self._result_ttl_s, notice],
+            keys=[result_key, job.key, self.key, reply_to, group],
+            args=[result_json, self._result_ttl_s, notice, job.id],
         )
 
 
@@ -564,10 +815,12 @@ def work(
     handler: JobHandler,
     result_ttl_s: int,
     own_queue: str | None = None,
+    tenant_weights: Mapping[str, float] | None = None,
 ) -> None:
     """Run the worker loop until SIGTERM/SIGINT; rides out Redis outages with backoff.
 
-    `own_queue`: this worker's own queue (session cells), served in turn with the shared one.
+    `own_queue`: this worker's own queue (session cells), served in turn with the shared ones;
+    `tenant_weights`: the tenants whose shared queues it serves, by weight (None: "default").
     """
     backoff_s = 0.5
     while True:
@@ -579,14 +832,14 @@ def work(
             queue_name,
             result_ttl_s,
             own_queue,
+            tenant_weights,
             connection=connection,
             name=worker_name,
             worker_ttl=WORKER_TTL_S,
         )
         started = time.monotonic()
         try:
-            # Round robin: after a job from one queue the other is tried first, so that neither
-            # session cells nor stateless calls can starve the other on a busy worker.
+            # Fair share (reorder_queues): no queue starves another on a busy worker.
             worker.work(
                 logging_level=None,
                 max_idle_time=None,

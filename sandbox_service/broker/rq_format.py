@@ -32,6 +32,18 @@ def job_data(func_name: str, args: Sequence[Any]) -> bytes:
     return zlib.compress(json.dumps([func_name, None, list(args), {}]).encode())
 
 
+def job_args(data: bytes) -> list[Any]:
+    """The arguments of a job from its `data` field (inverse of job_data)."""
+    try:
+        decoded = json.loads(zlib.decompress(data))
+    except zlib.error as exc:
+        raise ValueError(f"job data not compressed: {exc}") from exc
+    args = decoded[2]
+    if not isinstance(args, list):
+        raise ValueError("job data without an argument list")
+    return args
+
+
 def job_fields(
     *,
     data: bytes,

@@ -1,9 +1,15 @@
 """The cgroups of one executor slot: memory, process and CPU limits for each execution.
 
-The zygote is moved into the slot's cgroup after it has preloaded, so its preloaded pages stay
-charged where they were (charges do not move with a process) and each execution's limit covers
-what that execution allocates: the program, its children, its tmpfs files. The OOM killer of the
-cgroup picks the program, never the zygote: children raise their oom_score_adj to 1000.
+A slot's cgroup has two children: `zygote`, where the worker moves the zygote after it has
+preloaded (its preloaded pages stay charged where they were: charges do not move with a
+process), and `run`, which holds the limits and counters of each execution. Every process the
+zygote forks to run a program (a standby, a session's interpreter) moves itself into `run`
+first thing, through a descriptor of `run`'s `cgroup.procs` that the worker opened and passed
+into the jail (the kernel checks the opener's credentials). So each execution's limit covers
+what that execution allocates (the program, its children, its tmpfs files), and the memory
+limit's OOM killer, which chooses only among the processes of the cgroup at its limit, can
+never pick the zygote, whatever oom_score_adj a program writes. The CPU limit is the slot's,
+over both.
 
 Both hierarchies are supported, found at start-up: cgroup v1 (one tree per controller: memory,
 pids, and cpu where mounted) and cgroup v2 (one tree; the worker creates `<parent>` and delegates
@@ -37,6 +43,9 @@ CPU_PERIOD_US = 100_000
 waits at most a tenth of a second for its next share."""
 CPU_MIN_QUOTA_US = 1_000
 """The kernel refuses a quota under 1 ms per period."""
+ZYGOTE = "zygote"
+RUN = "run"
+"""The children of a slot's cgroup (memory and pids; v1's cpu hierarchy has the slot alone)."""
 
 
 class CgroupUnavailable(RuntimeError):
@@ -129,12 +138,19 @@ class SlotCgroups:
         self.v2 = is_v2(root)
         if self.v2:
             self.dirs = {"unified": root / parent / name}
-            self._memory = self._pids = self._cpu = self.dirs["unified"]
+            slot = self.dirs["unified"]
+            self._memory = self._pids = slot / RUN
+            self._cpu = slot
+            self._zygote_dirs = [slot / ZYGOTE]
         else:
             controllers = V1_CONTROLLERS + tuple(c for c in V1_OPTIONAL if (root / c).is_dir())
             self.dirs = {c: root / c / parent / name for c in controllers}
-            self._memory, self._pids = self.dirs["memory"], self.dirs["pids"]
+            self._memory, self._pids = self.dirs["memory"] / RUN, self.dirs["pids"] / RUN
             self._cpu = self.dirs.get("cpu", root / "cpu" / parent / name)
+            self._zygote_dirs = [self.dirs[c] / ZYGOTE for c in V1_CONTROLLERS]
+            self._zygote_dirs += [self.dirs[c] for c in V1_OPTIONAL if c in self.dirs]
+        self.run_dirs = sorted({self._memory, self._pids})
+        """The run's cgroups: each execution's processes move themselves in (run_procs_fds)."""
         self._parent = parent
         self._root = root
         self._whole_life = whole_life
@@ -177,13 +193,18 @@ class SlotCgroups:
                     raise CgroupUnavailable(
                         f"cgroup v1 controller {controller!r} is not mounted at {self._root}"
                     )
-        for path in self.dirs.values():
-            try:
+        try:
+            for path in self.dirs.values():
                 path.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise CgroupUnavailable(
-                    f"cannot create {path}: {exc} (workers must run as root)"
-                ) from exc
+            if self.v2:
+                # Controllers for the two children; the slot itself then holds no process (v2).
+                (self.dirs["unified"] / "cgroup.subtree_control").write_text("+memory +pids")
+            for path in (*self._zygote_dirs, *self.run_dirs):
+                path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CgroupUnavailable(
+                f"cannot create the cgroups of {self._parent}: {exc} (workers must run as root)"
+            ) from exc
         if self.v2:
             with contextlib.suppress(OSError):
                 (self._memory / "memory.swap.max").write_text("0")
@@ -197,11 +218,30 @@ class SlotCgroups:
                 tcp_limit.write_text(str(V1_TCP_BUFFER_LIMIT_BYTES))
 
     def add_process(self, pid: int) -> None:
-        """Move a process (all its threads) into the slot's cgroups."""
-        for path in self.dirs.values():
+        """Move the zygote (all its threads) into the slot's zygote cgroups."""
+        for path in self._zygote_dirs:
             (path / "cgroup.procs").write_text(str(pid))
         self._baseline_bytes = self._usage_bytes()
         self._baseline_unreclaimable = self.unreclaimable_bytes()
+
+    def add_run_process(self, pid: int) -> None:
+        """Move a process into the run's cgroups, as a standby moves itself (run_procs_fds)."""
+        for path in self.run_dirs:
+            (path / "cgroup.procs").write_text(str(pid))
+
+    def run_procs_fds(self) -> list[int]:
+        """Descriptors of the run cgroups' `cgroup.procs`, opened for writing: a process that
+        writes "0" to them moves itself into the run's limits (the kernel checks the creds of
+        whoever opened them, here root). The caller closes them."""
+        fds: list[int] = []
+        try:
+            for path in self.run_dirs:
+                fds.append(os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def unreclaimable_bytes(self) -> int:
         """Memory charged here that reclaim cannot free without swap: anonymous and shared
@@ -229,8 +269,7 @@ class SlotCgroups:
             self._write_memory_limit(limit)
         self._reset_peak()
         if max_processes != self._pids_max:
-            # +1: the zygote itself lives in the cgroup.
-            (self._pids / "pids.max").write_text(str(max_processes + 1))
+            (self._pids / "pids.max").write_text(str(max_processes))
             self._pids_max = max_processes
         self._oom_kills_before = self._oom_kills()
 
@@ -328,10 +367,12 @@ class SlotCgroups:
         )
 
     def pids(self) -> list[int]:
-        """Host pids of every process in the slot's cgroups."""
-        with contextlib.suppress(FileNotFoundError):
-            return [int(p) for p in (self._pids / "cgroup.procs").read_text().split()]
-        return []
+        """Host pids of every process in the slot's cgroups (the zygote's and the run's)."""
+        found: list[int] = []
+        for path in (self._pids, self._pids.parent / ZYGOTE):
+            with contextlib.suppress(FileNotFoundError):
+                found += [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        return found
 
     def kill_all(self) -> None:
         """SIGKILL every process in the cgroups (the zygote included)."""
@@ -353,7 +394,8 @@ class SlotCgroups:
             kernel_file.close()
         if not self.v2:
             self._max_usage_file.close()
-        for path in self.dirs.values():
+        children = [*self._zygote_dirs, *self.run_dirs]
+        for path in [p for p in children if p not in self.dirs.values()] + list(self.dirs.values()):
             for _ in range(20):
                 try:
                     path.rmdir()
@@ -377,4 +419,7 @@ def remove_stale(parent: str, root: Path = CGROUP_ROOT) -> None:
             owner = path.name.rsplit("-", 1)[-1]
             if path.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
                 with contextlib.suppress(OSError):
+                    for child in (ZYGOTE, RUN):
+                        if (path / child).is_dir():
+                            (path / child).rmdir()
                     path.rmdir()

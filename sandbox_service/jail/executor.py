@@ -31,6 +31,9 @@ from sandbox_service.settings import ExecutorMode, Settings
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_CHARS = 2000
+CLEANUP_WAIT_S = 0.2
+"""How long a warm run waits for the last run's files to be freed before replacing a jail
+whose memory stays above its baseline (a new jail costs a preload: seconds)."""
 
 
 class JailRuntimeError(RuntimeError):
@@ -110,6 +113,8 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
     if reply.program_error:
         stderr += f"\nrl-sandbox: {reply.program_error}; the session's state is lost\n"
     stderr += fetch_note(reply.files_omitted)
+    if reply.outputs_dropped:
+        stderr += "\nrl-sandbox: rich outputs dropped: " + "; ".join(reply.outputs_dropped) + "\n"
     if reply.setup_error:
         return ExecutionResult(
             status=Status.ERROR,
@@ -122,6 +127,9 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
         timed_out=reply.timed_out,
         oom_killed=reply.usage.oom_killed,
         stderr_tail=stderr[-STDERR_TAIL_CHARS:],
+        cpu_limit_reached=reply.cpu_limit_reached,
+        peak_memory_mb=reply.usage.peak_memory_mb,
+        memory_limit_mb=spec.limits.memory_mb,
     )
     return ExecutionResult(
         status=classify(raw),
@@ -280,7 +288,14 @@ class JailExecutor:
         if self.mode != "warm" or jail.runs == 0:
             return False
         slack = self._settings.memory_recycle_slack_mb * cg.MIB
-        if jail.cgroups.growth_since_baseline_bytes() <= slack:
+        # The zygote mounts the next run's scratch directories after its answer, which frees
+        # the last run's files: a call that comes at once may find them still charged.
+        deadline = time.monotonic() + CLEANUP_WAIT_S
+        while jail.cgroups.growth_since_baseline_bytes() > slack:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        else:
             return False
         self.memory_recycles += 1
         log.warning("jail replaced: memory above its baseline after cleanup")

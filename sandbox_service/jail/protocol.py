@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import math
 import struct
@@ -26,9 +27,13 @@ MAX_FRAME_BYTES = 64 << 20
 MAX_CELL_FRAME_BYTES = 4096
 """Largest frame a session's interpreter may send: a cell's report is a few dozen bytes."""
 MAX_PATH_CHARS = 1024
+MAX_FETCH_PATHS = 4096
+"""Most paths one request may ask to fetch (the API's bound must not be larger)."""
 PATH_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
 """The jail's writable directories an absolute path may name (the first is the working
 directory, where relative paths resolve); the peer-compatible routes send such paths."""
+MIN_TIMEOUT_S = 0.001
+"""The shortest program limit the jail accepts; the worker raises a shorter one to it."""
 MAX_OUTPUTS_BYTES = 8 << 20
 """Largest rich-outputs report (displays and error) a run may leave for the zygote."""
 DISPLAY_MIME_TYPES = ("text/plain", "image/png")
@@ -156,7 +161,11 @@ def _op(obj: dict[str, Any], expected: str) -> None:
 
 def encode_frame(message: dict[str, Any]) -> bytes:
     """One frame: the length header and the JSON body."""
-    body = json.dumps(message, separators=(",", ":")).encode()
+    # Non-ASCII text as UTF-8 (at most 4 bytes a character), not as \\u escapes (6-12).
+    try:
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate: only escapes can carry it
+        body = json.dumps(message, separators=(",", ":")).encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
     return HEADER.pack(len(body)) + body
@@ -256,7 +265,7 @@ class RunLimits:
     def from_wire(cls, value: object) -> RunLimits:
         obj = _obj(value, "limits")
         return cls(
-            timeout_s=_float(obj, "timeout_s", 0.001, 86400),
+            timeout_s=_float(obj, "timeout_s", MIN_TIMEOUT_S, 86400),
             cpu_time_s=_int(obj, "cpu_time_s", 1, 86400),
             max_file_size_mb=_int(obj, "max_file_size_mb", 0, 1 << 20),
             max_open_files=_int(obj, "max_open_files", 16, 1 << 20),
@@ -314,7 +323,7 @@ class RunRequest:
         return cls(
             limits=RunLimits.from_wire(obj.get("limits")),
             files=_blobs(obj.get("files", {}), "files"),
-            fetch=_paths(obj.get("fetch", []), "fetch", 4096),
+            fetch=_paths(obj.get("fetch", []), "fetch", MAX_FETCH_PATHS),
             fetch_budget=FetchBudget.from_wire(obj.get("fetch_budget", {})),
             seed=_opt_int(obj, "seed", 0, MAX_SEED),
             member=_int(obj, "member", 0, MAX_MEMBER) if "member" in obj else 0,
@@ -381,7 +390,7 @@ class Fetched:
         obj = _obj(value, "fetched")
         return cls(
             files=_blobs(obj.get("files", {}), "files"),
-            missing=_paths(obj.get("missing", []), "missing", 4096),
+            missing=_paths(obj.get("missing", []), "missing", MAX_FETCH_PATHS),
             errors=_reasons(obj.get("errors", {}), "errors"),
         )
 
@@ -393,38 +402,101 @@ OVER_BUDGET = "over the fetch budget"
 class Outputs:
     """A run's rich outputs: displays (mime -> data) in order, and the uncaught exception
     ({ename, evalue, traceback: [lines]}). Written by the program's own process after it ran,
-    so the program's to forge: parsed under MAX_OUTPUTS_BYTES and validated like output."""
+    so the program's to forge: parsed under MAX_OUTPUTS_BYTES and validated item by item; what
+    is not valid (a mime type not offered, an image/png that is not strict base64 of a PNG, a
+    malformed error) is dropped, and `dropped` says what and why (appended to stderr)."""
 
     display: tuple[dict[str, str], ...] = ()
     error: dict[str, Any] | None = None
+    dropped: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
-        return {"display": list(self.display), "error": self.error}
+        return {"display": list(self.display), "error": self.error, "dropped": list(self.dropped)}
 
     @classmethod
     def from_wire(cls, value: object) -> Outputs:
         obj = _obj(value, "outputs")
         items = obj.get("display", [])
-        if not isinstance(items, list) or len(items) > 1024:
-            raise ProtocolError("display: expected a list of at most 1024 items")
+        dropped: list[str] = []
+        if not isinstance(items, list):
+            items, dropped = [], ["display: not a list"]
+        if len(items) > MAX_DISPLAY_ITEMS:
+            dropped.append(
+                f"display: {len(items) - MAX_DISPLAY_ITEMS} items over {MAX_DISPLAY_ITEMS}"
+            )
+            items = items[:MAX_DISPLAY_ITEMS]
         display = []
-        for item in items:
-            bundle = _obj(item, "display item")
-            if not bundle or any(mime not in DISPLAY_MIME_TYPES for mime in bundle):
-                raise ProtocolError(f"display: only {', '.join(DISPLAY_MIME_TYPES)}")
-            display.append({m: _text(v, m, MAX_OUTPUTS_BYTES) for m, v in bundle.items()})
+        for index, item in enumerate(items):
+            bundle, why = _display_bundle(item)
+            if why is not None:
+                dropped.append(f"display[{index}]: {why}")
+            if bundle:
+                display.append(bundle)
         error = obj.get("error")
         if error is not None:
-            error = _obj(error, "error")
-            lines = error.get("traceback")
-            if not isinstance(lines, list) or len(lines) > 4096:
-                raise ProtocolError("error.traceback: expected a list of lines")
-            error = {
-                "ename": _text(error.get("ename"), "ename", 4096),
-                "evalue": _text(error.get("evalue"), "evalue", MAX_OUTPUTS_BYTES),
-                "traceback": [_text(line, "traceback", MAX_OUTPUTS_BYTES) for line in lines],
-            }
-        return cls(tuple(display), error)
+            try:
+                error = _error_of(error)
+            except ProtocolError as exc:
+                error, dropped = None, [*dropped, f"error: {exc}"]
+        old = obj.get("dropped", [])
+        if isinstance(old, list):
+            dropped = [_text(note, "dropped", 512) for note in old[:MAX_DROPPED_NOTES]] + dropped
+        return cls(tuple(display), error, tuple(dropped[:MAX_DROPPED_NOTES]))
+
+
+MAX_DISPLAY_ITEMS = 1024
+MAX_DROPPED_NOTES = 16
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_problem(value: object) -> str | None:
+    """Why `value` is not an image/png display value (strict base64 of a PNG), or None."""
+    if not isinstance(value, str):
+        return "image/png is not a string"
+    if len(value) > MAX_OUTPUTS_BYTES:
+        return f"image/png over {MAX_OUTPUTS_BYTES} characters"
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return "image/png is not strict base64"
+    if not data.startswith(PNG_SIGNATURE):
+        return "image/png does not hold a PNG (no PNG signature)"
+    return None
+
+
+def _display_bundle(item: object) -> tuple[dict[str, str], str | None]:
+    """The valid part of one display item, and why the rest was dropped (None: nothing was)."""
+    if not isinstance(item, dict) or not item:
+        return {}, "not a non-empty object"
+    bundle: dict[str, str] = {}
+    problems: list[str] = []
+    for mime, value in item.items():
+        if mime not in DISPLAY_MIME_TYPES:
+            problems.append(
+                f"mime type {str(mime)[:64]!r} not one of {', '.join(DISPLAY_MIME_TYPES)}"
+            )
+            continue
+        problem = png_problem(value) if mime == "image/png" else None
+        if problem is None:
+            try:
+                bundle[mime] = _text(value, mime, MAX_OUTPUTS_BYTES)
+            except ProtocolError as exc:
+                problem = str(exc)
+        if problem is not None:
+            problems.append(problem)
+    return bundle, "; ".join(problems) or None
+
+
+def _error_of(value: object) -> dict[str, Any]:
+    error = _obj(value, "error")
+    lines = error.get("traceback")
+    if not isinstance(lines, list) or len(lines) > 4096:
+        raise ProtocolError("error.traceback: expected a list of lines")
+    return {
+        "ename": _text(error.get("ename"), "ename", 4096),
+        "evalue": _text(error.get("evalue"), "evalue", MAX_OUTPUTS_BYTES),
+        "traceback": [_text(line, "traceback", MAX_OUTPUTS_BYTES) for line in lines],
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,6 +513,9 @@ class RunReply:
     fetched: Fetched = field(default_factory=Fetched)
     warmed: bool = False
     """The program ran in a standby that had done the idle-time warm-up."""
+    cpu_limit_reached: bool = False
+    """The program's process had used its CPU-time limit when it ended (the kernel's count),
+    so that a SIGXCPU it got was the limit's and not one it sent itself."""
     session_alive: bool = False
     """Session mode: the interpreter survived this cell and keeps its state."""
     setup_error: str | None = None
@@ -460,6 +535,7 @@ class RunReply:
             "cpu_time_s": self.cpu_time_s,
             "fetched": self.fetched.to_wire(),
             "warmed": self.warmed,
+            "cpu_limit_reached": self.cpu_limit_reached,
             "session_alive": self.session_alive,
             "setup_error": self.setup_error,
             "program_error": self.program_error,
@@ -478,6 +554,7 @@ class RunReply:
             cpu_time_s=_float(obj, "cpu_time_s", 0, 1e6),
             fetched=Fetched.from_wire(obj.get("fetched", {})),
             warmed=_bool(obj, "warmed"),
+            cpu_limit_reached=_bool(obj, "cpu_limit_reached"),
             session_alive=_bool(obj, "session_alive"),
             setup_error=_opt_text(obj, "setup_error", 4096),
             program_error=_opt_text(obj, "program_error", 4096),
@@ -501,3 +578,38 @@ class CellDone:
         obj = _obj(value, "done")
         _op(obj, "done")
         return cls(_int(obj, "exit_code", 0, 255))
+
+
+def reply_frame(reply: RunReply) -> tuple[RunReply, bytes]:
+    """The frame of `reply`, and the reply it carries: what does not fit under MAX_FRAME_BYTES
+    is left out, and said in `outputs.dropped` (appended to stderr). In this order: the rich
+    outputs, then the fetched files' contents, then the fetch report itself. A reply always
+    fits: a run's answer never ends the jail, whatever the program wrote or the request asked."""
+    try:
+        return reply, encode_frame(reply.to_wire())
+    except ProtocolError:
+        pass
+    note = f"the run's answer did not fit the jail's {MAX_FRAME_BYTES}-byte control frame"
+    outputs, fetched = reply.outputs, reply.fetched
+    steps = [
+        (
+            Outputs(error=outputs.error, dropped=(*outputs.dropped, f"display: {note}")),
+            fetched,
+        ),
+        (
+            Outputs(dropped=(*outputs.dropped, f"display and error: {note}")),
+            Fetched(missing=fetched.missing, errors={**fetched.errors, **_left_out(fetched, note)}),
+        ),
+        (Outputs(dropped=(*outputs.dropped, f"display, error and fetch_files: {note}")), Fetched()),
+    ]
+    for outputs, fetched in steps:
+        smaller = dataclasses.replace(reply, outputs=outputs, fetched=fetched)
+        try:
+            return smaller, encode_frame(smaller.to_wire())
+        except ProtocolError:
+            continue
+    raise AssertionError("a reply without outputs and files always fits")  # pragma: no cover
+
+
+def _left_out(fetched: Fetched, note: str) -> dict[str, str]:
+    return {path: f"{OVER_BUDGET} ({note})"[:256] for path in fetched.files}

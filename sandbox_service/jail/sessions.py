@@ -35,6 +35,11 @@ SESSION_UID_OFFSET = 10000
 SESSION_UIDS_PER_SLOT = 1000
 
 
+class ReplayDiverged(Exception):
+    """A recorded cell ended the session's interpreter when it was replayed (JailFailure, a
+    failure of the jail itself, is not this)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CellOutcome:
     """The result of one cell and what happened to its session."""
@@ -189,6 +194,12 @@ class SessionPool:
             if reply.setup_error == INTERPRETER_GONE:
                 self.end(session_id)
                 raise InterpreterGone(session_id)
+        except ReplayDiverged as diverged:
+            # The session's own cells ended its interpreter on replay (a cell that acts on
+            # randomness, time, or whether it is replayed): the program's error, not ours.
+            self.end(session_id, force=True)
+            result = ExecutionResult.failure(Status.ERROR, str(diverged), spec.execution_id)
+            return CellOutcome(result, True, alive=False, evicted=tuple(evicted))
         except (JailFailure, OSError) as exc:
             self.end(session_id, force=True)
             result = ExecutionResult.failure(
@@ -202,7 +213,7 @@ class SessionPool:
     def _replay(
         self, live: _LiveSession, spec: ExecutionSpec, history: Sequence[RecordedCell]
     ) -> None:
-        for cell in history:
+        for number, cell in enumerate(history, start=1):
             replayed = replace(
                 spec,
                 code=cell.code,
@@ -213,7 +224,12 @@ class SessionPool:
             )
             reply = live.jail.run(replayed)
             if not reply.session_alive:
-                raise JailFailure("the session's interpreter died while its cells were replayed")
+                status = to_result(replayed, reply).status
+                raise ReplayDiverged(
+                    f"rl-sandbox: the session's cell {number} of {len(history)}, replayed to "
+                    f"restore its state, ended its interpreter this time ({status}); the "
+                    "session's state is lost and this cell did not run\n"
+                )
 
     def _make_room(self, wanted: int = 1) -> list[str]:
         evicted = []

@@ -71,7 +71,23 @@ _SCRATCH_PREFIXES = tuple(top + "/" for top in SCRATCH_DIRS)
 PR_SET_DUMPABLE = 4
 WARM_UP_AFTER_IDLE_S = 0.02
 REAP_DEADLINE_S = 10.0
-MAX_TAKEN_LINE_BYTES = 1 << 20
+_MAX_SETUP_ERROR_CHARS = 4000
+"""Under what a RunReply's setup_error may hold (protocol.py): a long path in an error message
+must not make the answer invalid."""
+CPU_LIMIT_REACHED_AT = 0.75
+"""The share of its CPU-time limit a process must have used for a SIGXCPU to be the limit's.
+The kernel checks RLIMIT_CPU against CPU time counted in scheduler ticks, which ran ahead of
+the rusage wait4 reports (0.90 s of rusage at a 1 s limit on a loaded VM, measured)."""
+
+
+def cpu_limit_reached(cpu_s: float, limit_s: float) -> bool:
+    """Whether a process that used `cpu_s` (rusage) had reached a CPU-time limit of `limit_s`."""
+    return limit_s > 0 and cpu_s >= limit_s * CPU_LIMIT_REACHED_AT
+
+
+MAX_TAKEN_LINE_BYTES = protocol.MAX_FRAME_BYTES + (1 << 16)
+"""A standby's report of the request it took carries the request's fetch list, which came in
+a frame: never longer than one, whatever a valid request holds."""
 MAX_PENDING_SIGNALS = 256
 """RLIMIT_SIGPENDING of the whole jail. Queued signals are counted per user up the chain of user
 namespaces: each jail's count is also charged to the host user that started nsjail (root), under
@@ -709,6 +725,7 @@ def preload_matplotlib() -> None:
     except ImportError:
         return
     plt.show = show_figures
+    _forget_zygote_config_dir(matplotlib)
     figure = plt.figure()
     figure.gca().plot([0, 1], [0, 1], label="warm-up")
     figure.gca().set_title("warm-up")
@@ -722,6 +739,21 @@ def preload_matplotlib() -> None:
     get_font = getattr(font_manager, "_get_font", None)
     if get_font is not None and hasattr(get_font, "cache_clear"):
         get_font.cache_clear()
+
+
+def _forget_zygote_config_dir(matplotlib: Any) -> None:
+    """The zygote cannot write the program's home, so matplotlib made itself a temporary config
+    directory and registered its removal at exit: in a child (another uid, another /tmp) that
+    removal would fail on stderr. The path stays cached, and names nothing: matplotlib only
+    reads a configuration there, and its cache directory is the worker's font list."""
+    import atexit
+    import shutil
+
+    atexit.unregister(shutil.rmtree)
+    get_configdir = getattr(matplotlib, "get_configdir", None)
+    path = str(get_configdir()) if get_configdir is not None else ""
+    if path.startswith("/tmp/matplotlib-"):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def show_figures(*_args: Any, **_kwargs: Any) -> None:
@@ -911,7 +943,6 @@ def prepare_child() -> dict[str, Any]:
     execution's critical path; returns the fresh __main__ namespace.
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.chdir(WORK_DIR)
     # Streams over fds 0-2; the request's pipes are dup2'd under them.
     _install_std_streams(_CHILDREN_STD_STREAMS[0] if _CHILDREN_STD_STREAMS else _std_streams())
     namespace = _fresh_main()
@@ -1035,15 +1066,28 @@ def _run_source(source: str, namespace: dict[str, Any] | None = None, cell: bool
     except SystemExit as exc:
         code = _exit_code_of(exc)
         if cell and code:  # a notebook shows it as the cell's error
-            record_error(exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+            record_error(exc, _program_frames(exc.__traceback__))
         return code
     except BaseException as exc:
-        # Drop this function's own frame: the traceback starts at the program, as with `python -c`.
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        # The traceback starts at the program, as with `python -c`.
+        tb = _program_frames(exc.__traceback__)
         traceback.print_exception(type(exc), exc, tb)
         record_error(exc, tb)
         return 1
     return 0
+
+
+def _program_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback less this file's frames (the runner's, a cell's, display's): the model
+    sees only its program's own lines, whatever ran them."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != _program_frames.__code__.co_filename:
+            kept.append(tb)
+        tb = tb.tb_next
+    for frame, following in zip(kept, [*kept[1:], None], strict=True):
+        frame.tb_next = following
+    return kept[0] if kept else None
 
 
 def _forget_scratch_listings() -> None:
@@ -1116,73 +1160,46 @@ def _reap_all(block: bool) -> float:
         cpu += usage.ru_utime + usage.ru_stime
 
 
-def _wipe_scratch() -> None:
-    for top in SCRATCH_DIRS:
-        with contextlib.suppress(FileNotFoundError):
-            _wipe_tree(top)
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(top, 0o755 if top == WORK_DIR else 0o1777)
+_PROGRAM: dict[str, Any] = {"uid": None, "cgroup_fds": [], "scratch": []}
+"""Who runs programs, set by main() from its arguments: the program's uid, descriptors of the
+run cgroups' cgroup.procs, and the scratch mounts (directory, tmpfs options)."""
+_MS_NOSUID_NODEV = 2 | 4
+_MNT_DETACH = 2
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+def become_program() -> None:
+    """In a process the zygote forked to run a program (a standby, a session's interpreter, a
+    helper writing a session's input files): into the run's cgroups, then the program's uid.
 
-
-def _open_dir_at(name: str, dir_fd: int | None) -> int:
-    """Open a directory without following links; one the program made unreadable is made
-    readable first (it is ours: the jail has one uid)."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except PermissionError:
-        os.chmod(name, 0o700, dir_fd=dir_fd)
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-
-
-def _clear_entries(fd: int) -> list[str]:
-    """Unlink everything but directories in the directory `fd` (files, links, FIFOs, sockets);
-    return the names of its subdirectories."""
-    os.fchmod(fd, 0o700)  # writable and searchable, whatever mode the program left
-    subdirs = []
-    with os.scandir(fd) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                subdirs.append(entry.name)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.name, dir_fd=fd)
-    return subdirs
-
-
-def _wipe_tree(top: str) -> None:
-    """Empty `top`, at any depth and with any names, holding one descriptor at a time.
-
-    Descriptor-relative and iterative: no path is ever longer than one name (PATH_MAX does not
-    apply), no recursion (no recursion limit), no descriptor per level (RLIMIT_NOFILE does not
-    apply). Going up by ".." is safe: every process of the run is dead, nothing moves the tree.
+    The move comes first: the descriptors are the worker's (the kernel checks its credentials),
+    and they are closed at once, so that no program can write another pid there (PID 1's).
+    Leaving uid 0 clears every capability; the zygote keeps its own.
     """
-    fd = _open_dir_at(top, None)
-    stack: list[tuple[str, list[str]]] = [("", _clear_entries(fd))]
-    try:
-        while True:
-            name, pending = stack[-1]
-            if pending:
-                sub = pending.pop()
-                try:
-                    child = _open_dir_at(sub, fd)
-                except FileNotFoundError:
-                    continue
-                os.close(fd)
-                fd = child
-                stack.append((sub, _clear_entries(fd)))
-                continue
-            stack.pop()
-            if not stack:
-                return
-            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            os.rmdir(name, dir_fd=fd)
-    finally:
+    fds, _PROGRAM["cgroup_fds"] = _PROGRAM["cgroup_fds"], []
+    for fd in fds:
+        os.write(fd, b"0")  # 0: the writer itself
         os.close(fd)
+    uid = _PROGRAM["uid"]
+    if uid is not None:
+        if os.getgroups():
+            os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+
+def fresh_scratch() -> None:
+    """A new, empty tmpfs on each writable directory, the last run's detached with all it held
+    (files, their extended attributes, ACLs and times, the directories' own): nothing a run
+    wrote there reaches the next. Every process of the last run is dead by now."""
+    libc = _libc()
+    for target, options in _PROGRAM["scratch"]:
+        path = target.encode()
+        if (
+            libc.umount2(path, _MNT_DETACH) != 0
+            or libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID_NODEV, options.encode()) != 0
+        ):
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"cannot mount a fresh {target}: {os.strerror(errno)}")
 
 
 def _open_beneath(path: str, flags: int, create_dirs: bool = False) -> int:
@@ -1280,6 +1297,9 @@ class _Taken:
     fetch: tuple[str, ...]
     fetch_budget: protocol.FetchBudget
     setup_error: str | None
+    cpu_limit_s: float = 0.0
+    """The RLIMIT_CPU the program gets, which the kernel compares with the process's whole CPU
+    time (its preparation as a standby included)."""
 
     @classmethod
     def of(cls, started: float, cpu_before_s: float, request: protocol.RunRequest) -> _Taken:
@@ -1291,6 +1311,7 @@ class _Taken:
             request.fetch,
             request.fetch_budget,
             None,
+            request.limits.cpu_time_s,
         )
 
     def to_line(self) -> bytes:
@@ -1302,8 +1323,9 @@ class _Taken:
             "fetch": list(self.fetch),
             "fetch_budget": self.fetch_budget.to_wire(),
             "setup_error": self.setup_error,
+            "cpu_limit_s": self.cpu_limit_s,
         }
-        return (json.dumps(wire) + "\n").encode()
+        return (json.dumps(wire, ensure_ascii=False) + "\n").encode()
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> _Taken:
@@ -1320,6 +1342,7 @@ class _Taken:
             fetch=tuple(protocol.checked_path(path) for path in fetch),
             fetch_budget=protocol.FetchBudget.from_wire(obj["fetch_budget"]),
             setup_error=None if obj.get("setup_error") is None else str(obj["setup_error"]),
+            cpu_limit_s=float(obj.get("cpu_limit_s", 0.0)),
         )
 
 
@@ -1332,7 +1355,9 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
     zygote says go on `go_fd`. Never returns.
     """
     try:
-        # Dumpable again (the zygote is not) so that its /proc files are its own to write.
+        become_program()
+        # Dumpable again (a change of uid, like the zygote, made it not) so that its /proc
+        # files are its own to write.
         _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         _be_the_oom_killers_pick()
         namespace = prepare_child()
@@ -1343,6 +1368,8 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
         os.close(go_fd)
         if not go:  # the zygote is gone
             os._exit(0)
+        # Only now: the scratch directories are mounted afresh between the fork and the go.
+        os.chdir(WORK_DIR)
         try:
             message, fds = recv_frame(sock, max_fds=4)
         except (EOFError, OSError):
@@ -1421,18 +1448,19 @@ class _LineReader:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._buffer = b""
+        self._buffer = bytearray()
 
     def read_line(self) -> dict[str, Any] | None:
         """The next line's object; None at end of file or for a line that is not one."""
-        while b"\n" not in self._buffer:
+        while (end := self._buffer.find(b"\n")) < 0:
             if len(self._buffer) > MAX_TAKEN_LINE_BYTES:
                 return None
-            chunk = os.read(self.fd, 1 << 16)
+            chunk = os.read(self.fd, 1 << 20)
             if not chunk:
                 return None
             self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
         try:
             value = json.loads(line)
         except ValueError:
@@ -1480,6 +1508,7 @@ def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply
     """Wait for the program to end or time out, kill its whole tree, describe the outcome."""
     exit_code, signum, cpu, timed_out = _wait_child(pid, taken.started + taken.timeout_s, sock)
     wall = time.monotonic() - taken.started
+    limit_reached = cpu_limit_reached(cpu, taken.cpu_limit_s)
     # The child's rusage covers its life as a standby too: less what it had used by then.
     if timed_out or signum is not None:
         # The slow paths count the whole tree (on a timeout, the child is reaped there).
@@ -1494,6 +1523,7 @@ def supervise(pid: int, taken: _Taken, sock: socket.socket) -> protocol.RunReply
         exit_code=exit_code,
         signal=signum,
         timed_out=timed_out,
+        cpu_limit_reached=limit_reached,
         wall_time_s=wall,
         cpu_time_s=cpu,
         fetched=_fetch_files(taken.fetch, taken.fetch_budget),
@@ -1609,7 +1639,7 @@ def _next_standby(sock: socket.socket) -> _Standby:
         _kill_everyone_else()
     else:
         _reap_all_but(ahead.pid)
-    _wipe_scratch()
+    fresh_scratch()
     return ahead or _fork_standby(sock)
 
 
@@ -1644,14 +1674,13 @@ def serve(sock: socket.socket, once: bool, idle_warm_up: str) -> None:
             _kill_everyone_else()
             return
         if taken.setup_error is not None:
-            reply = protocol.RunReply(setup_error=taken.setup_error)
+            reply = protocol.RunReply(setup_error=taken.setup_error[:_MAX_SETUP_ERROR_CHARS])
         else:
             reply = supervise(current.pid, taken, sock)
         reply = dataclasses.replace(reply, warmed=current.warmed)
-        send_frame(sock, reply.to_wire())
+        sock.sendall(protocol.reply_frame(reply)[1])
         if once:
             _kill_everyone_else()
-            _wipe_scratch()
             return
         current = _next_standby(sock)
 
@@ -1667,11 +1696,13 @@ def session_interpreter(channel: socket.socket) -> None:
     nothing from it but a cell's status (see serve_session).
     """
     try:
+        become_program()
         _close_all_but(channel.fileno())
         _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         _be_the_oom_killers_pick()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(WORK_DIR)
+        cwd = WORK_DIR
         _reseed_random()
         namespace = _fresh_main()
         devnull = os.open("/dev/null", os.O_RDWR)
@@ -1690,11 +1721,15 @@ def session_interpreter(channel: socket.socket) -> None:
             for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):
                 os.dup2(fd, target)
                 os.close(fd)
+            if message.get("moved"):  # a sibling ran on mounts since: ours are new ones
+                _enter_again(cwd)
             _install_std_streams(_std_streams())
             _cell_limits(limits)
             seed = message.get("seed")
             seed_random(seed if isinstance(seed, int) else None)
             status = _run_source(source, namespace, cell=True)
+            with contextlib.suppress(BaseException):
+                cwd = os.getcwd()
             with contextlib.suppress(BaseException):
                 leave_outputs()
             for stream in (sys.stdout, sys.stderr):
@@ -1707,6 +1742,16 @@ def session_interpreter(channel: socket.socket) -> None:
     except BaseException:
         traceback.print_exc()
         os._exit(70)
+
+
+def _enter_again(cwd: str) -> None:
+    """Enter the working directory of the last cell by its path (the working directory if it
+    is gone): the process's was on a scratch mount detached since (_Family.switch_to)."""
+    try:
+        os.chdir(cwd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.chdir(WORK_DIR)
 
 
 FORK = "fork"
@@ -1839,6 +1884,9 @@ class _Member:
     channel: socket.socket
     files: bytes | None = None
     """Its scratch directories (a tar) while another member's are in place."""
+    moved: bool = False
+    """The scratch directories were mounted afresh since its last cell: it must enter its
+    working directory again (by path) before the next."""
 
     def dead(self) -> bool:
         return bool(select.select([self.pidfd], [], [], 0)[0])
@@ -1891,13 +1939,19 @@ class _Family:
             try:
                 leaving.files = _snapshot_scratch()
             except (OSError, ValueError, RecursionError):
-                # A tree it made unreadable: that member's live state is given up, and its
-                # session rebuilt from its records at its next cell.
+                # A tree it could not be read back from: that member's live state is given
+                # up, and its session rebuilt from its records at its next cell.
                 self.drop(self.current)
-        _wipe_scratch()
+        # Fresh mounts, as between warm runs: nothing of the last member's (files, their
+        # attributes, the directories' own) reaches the next but what its own tar holds.
+        self.current = None
+        fresh_scratch()
         arriving = self.members[key]
+        arriving.moved = True  # its working directory was on a mount now detached
         if arriving.files:
-            _restore_scratch(arriving.files)
+            failure = _as_program(_restore_scratch, arriving.files)
+            if failure is not None:
+                raise OSError(f"its files could not be put back: {failure}")
         arriving.files = None
         self.current = key
         with contextlib.suppress(ProcessLookupError):
@@ -2017,8 +2071,9 @@ def _snapshot_scratch() -> bytes:
 
 
 def _restore_scratch(files: bytes) -> None:
-    """Put a snapshot back into the (wiped) scratch directories. The tar is the zygote's own,
-    made from a tree where no entry lies under a link, and every process is stopped."""
+    """Put a snapshot back into the fresh scratch directories, as the program (_as_program):
+    the files are its own again, and the zygote writes nothing there. The tar is the zygote's
+    own, made from a tree where no entry lies under a link while every process was stopped."""
     import tarfile
 
     with tarfile.open(fileobj=io.BytesIO(files), mode="r") as tar:
@@ -2085,7 +2140,8 @@ def serve_session(sock: socket.socket) -> None:
         except protocol.ProtocolError as exc:
             for fd in fds:
                 os.close(fd)
-            send_frame(sock, protocol.RunReply(setup_error=f"malformed request: {exc}").to_wire())
+            why = f"malformed request: {exc}"[:_MAX_SETUP_ERROR_CHARS]
+            send_frame(sock, protocol.RunReply(setup_error=why).to_wire())
             continue
         member = family.members.get(request.member)
         if member is None or member.dead():
@@ -2109,13 +2165,13 @@ def serve_session(sock: socket.socket) -> None:
             if isinstance(exc, RuntimeError) or not family.members:
                 break
             continue
-        try:
-            _write_files(request.files)
-        except (OSError, ValueError) as exc:
+        failure = _as_program(_write_files, request.files) if request.files else None
+        if failure is not None:
             for fd in fds:
                 os.close(fd)
             reply = protocol.RunReply(
-                setup_error=f"could not write input files: {exc}", session_alive=True
+                setup_error=f"could not write input files: {failure}"[:_MAX_SETUP_ERROR_CHARS],
+                session_alive=True,
             )
             send_frame(sock, reply.to_wire())
             continue
@@ -2123,13 +2179,22 @@ def serve_session(sock: socket.socket) -> None:
         _drain(channel)
         started = time.monotonic()
         cpu_before = _cpu_of_process(pid)
-        cell = {"op": "cell", "limits": request.limits.to_wire(), "seed": request.seed}
+        cell = {
+            "op": "cell",
+            "limits": request.limits.to_wire(),
+            "seed": request.seed,
+            "moved": member.moved,
+        }
+        member.moved = False
         send_frame(channel, cell, fds)
         for fd in fds:
             os.close(fd)
         reply = _supervise_cell(
             pid, member.pidfd, channel, sock, started + request.limits.timeout_s, cpu_before
         )
+        # The interpreter's soft limit is its CPU so far (rounded up) plus the cell's budget.
+        reached = cpu_limit_reached(reply.cpu_time_s, request.limits.cpu_time_s)
+        reply = dataclasses.replace(reply, cpu_limit_reached=reached)
         if reply.session_alive:
             try:
                 extra = _kill_all_but(*family.pids())
@@ -2154,10 +2219,35 @@ def serve_session(sock: socket.socket) -> None:
             fetched=_fetch_files(request.fetch, request.fetch_budget),
             outputs=take_outputs(),
         )
-        send_frame(sock, reply.to_wire())
+        sock.sendall(protocol.reply_frame(reply)[1])
         if ending:
             return
     _kill_everyone_else()
+
+
+def _as_program[T](work: Callable[[T], None], files: T) -> str | None:
+    """Run `work(files)` in a child that is the program's uid (the files it writes are the
+    program's to change, and the zygote writes nothing into directories the program owns);
+    None, or what went wrong."""
+    read_end, write_end = os.pipe()
+    pid = fork_lean()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            become_program()
+            work(files)
+            os._exit(0)
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                os.write(write_end, str(exc).encode(errors="replace")[:4096])
+            os._exit(1)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read(4097)
+    _, status = os.waitpid(pid, 0)
+    if status == 0:
+        return None
+    return message.decode(errors="replace") or f"the writer ended with status {status}"
 
 
 def _supervise_cell(
@@ -2248,6 +2338,21 @@ def prepare_heap(
     return changed
 
 
+def _take_program_arguments(argv: list[str]) -> None:
+    if "--program-uid" in argv:
+        _PROGRAM["uid"] = int(argv[argv.index("--program-uid") + 1])
+    if "--run-cgroup-fds" in argv:
+        fds = argv[argv.index("--run-cgroup-fds") + 1].split(",")
+        _PROGRAM["cgroup_fds"] = [int(fd) for fd in fds]
+        for fd in _PROGRAM["cgroup_fds"]:
+            os.set_inheritable(fd, False)
+    _PROGRAM["scratch"] = [
+        tuple(value.split(":", 1))
+        for flag, value in itertools.pairwise(argv)
+        if flag == "--scratch"
+    ]
+
+
 def main() -> None:
     """Entry point inside the jail: `zygote.py --control-fd N [--preload] [--once|--session]`."""
     import gc
@@ -2261,6 +2366,10 @@ def main() -> None:
     control_fd = int(sys.argv[sys.argv.index("--control-fd") + 1])
     if "--loadavg-fd" in sys.argv:
         _LOADAVG_FD[0] = int(sys.argv[sys.argv.index("--loadavg-fd") + 1])
+    _take_program_arguments(sys.argv)
+    # Not in the working directory, which is mounted afresh for every run: a cwd there would
+    # keep the first run's tmpfs, and its files, alive after it is detached.
+    os.chdir("/")
     sock = socket.socket(fileno=control_fd)
     started = time.monotonic()
     immortal = 0

@@ -26,6 +26,8 @@ from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.cgroups import CgroupUsage, SlotCgroups
 from sandbox_service.jail.policy import JailLayout, build_config
 from sandbox_service.jail.protocol import (
+    MAX_FETCH_PATHS,
+    MIN_TIMEOUT_S,
     Control,
     FetchBudget,
     Forked,
@@ -73,6 +75,8 @@ class ZygoteReply:
     """Session mode: the interpreter survived this cell and keeps its state."""
     warmed: bool = False
     """The program ran in a standby that had done the idle-time warm-up."""
+    cpu_limit_reached: bool = False
+    """The program had used its CPU-time limit when it ended (the kernel's count)."""
     files_omitted: dict[str, str] | None = None
     """Fetched files not returned, and why (over the fetch budget, not a regular file...)."""
     program_error: str | None = None
@@ -81,6 +85,8 @@ class ZygoteReply:
     """Rich outputs the zygote validated (mime -> data)."""
     error: dict[str, Any] | None = None
     """The program's uncaught exception (ename, evalue, traceback), as the zygote validated it."""
+    outputs_dropped: tuple[str, ...] = ()
+    """Rich outputs the program left that were not valid, and why (dropped, not passed on)."""
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -126,7 +132,13 @@ class ZygoteJail:
         timeout_s = self._layout.start_timeout_s if timeout_s is None else timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-        layout = replace(self._layout, control_fd=theirs.fileno(), loadavg_fd=loadavg)
+        cgroup_fds = self.cgroups.run_procs_fds()
+        layout = replace(
+            self._layout,
+            control_fd=theirs.fileno(),
+            loadavg_fd=loadavg,
+            run_cgroup_fds=tuple(cgroup_fds),
+        )
         with tempfile.NamedTemporaryFile("w", prefix="rl-sandbox-", suffix=".cfg") as cfg:
             cfg.write(to_textproto(build_config(layout)) + "\n")
             cfg.flush()
@@ -139,7 +151,7 @@ class ZygoteJail:
                         # (Python 3.12 releases the GIL around vfork; pytest sets an environment
                         # variable at every test phase): execve then fails with EFAULT.
                         env=dict(os.environ),
-                        pass_fds=[theirs.fileno(), loadavg],
+                        pass_fds=[theirs.fileno(), loadavg, *cgroup_fds],
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=log,
@@ -150,7 +162,8 @@ class ZygoteJail:
                 raise
             finally:
                 theirs.close()
-                os.close(loadavg)
+                for fd in (loadavg, *cgroup_fds):
+                    os.close(fd)
             self._sock = ours
             ours.settimeout(timeout_s)
             try:
@@ -200,6 +213,11 @@ class ZygoteJail:
         if self._sock is None:
             raise JailFailure("jail not started")
         limits = spec.limits
+        if len(spec.fetch_files) > MAX_FETCH_PATHS:
+            return self._refused(
+                f"fetch_files: {len(spec.fetch_files)} paths, the jail takes at most "
+                f"{MAX_FETCH_PATHS}"
+            )
         self.cgroups.prepare_execution(limits.memory_mb, limits.max_processes)
         stdout = CappedBuffer(limits.max_output_bytes)
         stderr = CappedBuffer(limits.max_output_bytes)
@@ -213,7 +231,8 @@ class ZygoteJail:
         ]
         request = RunRequest(
             limits=RunLimits(
-                timeout_s=limits.timeout_s,
+                # The API's floor is the same; below it the jail would refuse the request.
+                timeout_s=max(limits.timeout_s, MIN_TIMEOUT_S),
                 cpu_time_s=limits.effective_cpu_time_s(),
                 max_file_size_mb=limits.max_file_size_mb,
                 max_open_files=limits.max_open_files,
@@ -227,6 +246,11 @@ class ZygoteJail:
         self.runs += 1
         try:
             send_frame(self._sock, request.to_wire(), passed)
+        except ProtocolError as exc:
+            # Nothing was sent: the request is refused, the jail keeps serving.
+            os.close(out_r)
+            os.close(err_r)
+            return self._refused(f"the request does not fit the jail's control frame: {exc}")
         except OSError as exc:
             raise JailFailure(f"zygote unreachable: {exc}") from exc
         finally:
@@ -268,10 +292,27 @@ class ZygoteJail:
             setup_error=None,
             session_alive=reply.session_alive,
             warmed=reply.warmed,
+            cpu_limit_reached=reply.cpu_limit_reached,
             files_omitted=reply.fetched.errors or None,
             program_error=reply.program_error,
             display=reply.outputs.display,
             error=reply.outputs.error,
+            outputs_dropped=reply.outputs.dropped,
+        )
+
+    def _refused(self, why: str) -> ZygoteReply:
+        return ZygoteReply(
+            exit_code=None,
+            signal=None,
+            timed_out=False,
+            wall_time=0.0,
+            cpu_time=0.0,
+            stdout=CappedBuffer(0),
+            stderr=CappedBuffer(0),
+            usage=CgroupUsage(peak_memory_mb=None, oom_killed=False),
+            files={},
+            setup_error=why,
+            session_alive=self._layout.session,
         )
 
     def _abort(self) -> None:

@@ -27,7 +27,7 @@ from sandbox_service import keys
 from sandbox_service.broker import jobqueue, worker_stats
 from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
-from sandbox_service.cancel import KILLED_NOTE, NEVER_RAN, Cancel
+from sandbox_service.cancel import KILLED_NOTE, Cancel, never_ran
 from sandbox_service.execution import ExecutionResult, Status
 from sandbox_service.jobs import (
     NO_SESSION,
@@ -57,6 +57,22 @@ def worker_name(slot: int, pid: int) -> str:
     return f"{socket.gethostname()}:{slot}:{pid}"
 
 
+DEADLINE_NEVER_RAN = (
+    "deadline_exceeded: the request's deadline passed before it started; it never ran"
+)
+DEADLINE_NOTE = "\ndeadline_exceeded: the request's deadline passed; the program was stopped"
+STOPPED_FROM_OUTSIDE = frozenset({Status.TIMEOUT, Status.SANDBOX_ERROR, Status.KILLED})
+"""What a cancelled program's own result says (killed by the abort, or its jail torn down)."""
+
+
+def within_deadline(job: JobPayload, now: float) -> tuple[JobPayload, bool]:
+    """The job with its program limit cut to what is left of its deadline, and whether it was
+    cut (a timeout then means the deadline passed)."""
+    if not job.deadline or job.deadline - now >= job.timeout_s:
+        return job, False
+    return replace(job, timeout_s=max(0.001, job.deadline - now)), True
+
+
 class JobRunner:
     """Turns job payloads into results with one executor (the jobqueue.JobHandler of a worker)."""
 
@@ -68,6 +84,7 @@ class JobRunner:
         tally: Tally | None = None,
     ) -> None:
         self._limits = settings.limits()
+        self._compile_timeout_s = settings.cpp_compile_timeout_s
         self._make_executor = make_executor
         self._executor: JailExecutor | None = None
         self._sessions = sessions
@@ -123,18 +140,27 @@ class JobRunner:
                 forked = self._fork_session(job, execution_id)
                 self.tally.job_done(forked["status"])
                 return forked
-            if started > job.start_by:
+            run, cut = within_deadline(job, started)
+            if job.past_deadline(started):
+                result = ExecutionResult.failure(Status.DEADLINE_EXCEEDED, DEADLINE_NEVER_RAN)
+            elif started > job.start_by:
                 result = ExecutionResult.failure(
                     Status.QUEUE_TIMEOUT, "not started within the server's queue deadline"
                 )
             elif cancel.requested:
-                result = ExecutionResult.failure(Status.KILLED, NEVER_RAN)
+                result = ExecutionResult.failure(Status.CANCELLED, never_ran(""))
             elif job.session_id is not None:
-                result, restored = self._run_cell(job, execution_id, cancel)
+                result, restored = self._run_cell(run, execution_id, cancel)
             else:
-                result = self._execute(job, execution_id, cancel)
-            if cancel.requested and result.status in (Status.TIMEOUT, Status.SANDBOX_ERROR):
-                result = replace(result, status=Status.KILLED, stderr=result.stderr + KILLED_NOTE)
+                result = self._execute(run, execution_id, cancel)
+            if cancel.requested and result.status in STOPPED_FROM_OUTSIDE:
+                result = replace(
+                    result, status=Status.CANCELLED, stderr=result.stderr + KILLED_NOTE
+                )
+            elif cut and result.status is Status.TIMEOUT:
+                result = replace(
+                    result, status=Status.DEADLINE_EXCEEDED, stderr=result.stderr + DEADLINE_NOTE
+                )
             result = replace(result, queue_time=queue_time, restored=restored)
             wire = result_to_wire(result, execution_id)
             self.tally.job_done(wire["status"], result.cpu_time, restored)
@@ -161,8 +187,19 @@ class JobRunner:
         try:
             spec = job.to_spec(execution_id, self._limits)
             self.warm_up()
-            assert self._executor is not None
-            return self._executor.run(spec, cancel)
+            executor = self._executor
+            assert executor is not None
+            if job.language == "cpp":
+                from sandbox_service.jail import cpp
+
+                return cpp.run_cpp(
+                    spec,
+                    lambda step: executor.run(step, cancel),
+                    cpp.default_cache(),
+                    job.tenant,
+                    self._compile_timeout_s,
+                )
+            return executor.run(spec, cancel)
         except Exception as exc:  # the executor failed, not the program: reset the slot
             log.exception("executor failed", extra=fields(execution_id=execution_id))
             self.reset()
@@ -373,7 +410,12 @@ def run(settings: Settings, slot: int) -> int:
     log.info("worker ready", extra=fields(worker=name, slot=slot, mode=settings.executor_mode))
     try:
         jobqueue.work(
-            connection, settings.queue_name, name, runner, settings.result_ttl_s, own_queue
+            connection,
+            settings.queue_name,
+            name,
+            runner,
+            settings.result_ttl_s,
+            own_queue,
         )
     finally:
         watcher.stop()

@@ -32,7 +32,8 @@ def run_in(cgroups: SlotCgroups, code: str, timeout_s: float = 120) -> tuple[int
         [sys.executable, "-c", f"import sys; sys.stdin.read(1)\n{code}"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     ) as child:  # fmt: skip
-        cgroups.add_process(child.pid)
+        cgroups.add_process(child.pid)  # the slot's (v1: its cpu hierarchy too)
+        cgroups.add_run_process(child.pid)  # the run's limits, as a standby moves itself
         out, _ = child.communicate(b"x", timeout=timeout_s)
     return child.returncode, out.decode()
 
@@ -92,8 +93,8 @@ def test_pids_limit_refuses_a_fork(slot: SlotCgroups) -> None:
     )
     assert status == 0
     started, errno_seen = out.split()
-    # max_processes 4 and +1 for the (absent) zygote: the parent plus 4 children fit.
-    assert (int(started), int(errno_seen)) == (4, 11)
+    # max_processes 4 in the run's cgroup (the zygote has its own): the parent and 3 children.
+    assert (int(started), int(errno_seen)) == (3, 11)
 
 
 def test_a_parent_that_holds_processes_is_refused_with_the_fix(hierarchy: str) -> None:

@@ -1,7 +1,9 @@
 """The client installs alone into Python 3.10 and 3.11 with httpx and pydantic, and its tests pass.
 
-For each version: a fresh virtual environment (uv, from pyenv's interpreter), the rl-sandbox-client
-wheel built from clients/python and nothing else, then the environment's packages are checked
+The sdist and wheel are built as docs/client.md says (`uv build clients/python`: the sdist, then
+the wheel from the sdist) and both must hold the package. For each version: a fresh virtual
+environment (uv, from pyenv's interpreter), that wheel and nothing else, then the environment's
+packages are checked
 (no service, no scientific stack) before pytest is added and runs every client test that needs no
 service (tests/client/test_*.py, except the *_service.py ones), against the installed copy.
 """
@@ -12,6 +14,8 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,18 +67,42 @@ def _pure_client_tests() -> list[str]:
     )
 
 
-@pytest.mark.parametrize("version", ["3.10", "3.11"])
-def test_the_client_installs_alone_and_its_tests_pass(version: str, tmp_path: Path) -> None:
-    uv = _uv()
-    # Built from a copy: a build writes egg-info and build/ beside the sources.
-    source = tmp_path / "src"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The client's wheel, built by `uv build clients/python` (sdist, then wheel from it)."""
+    # Built from a copy: a build writes egg-info beside the sources.
+    source = tmp_path_factory.mktemp("client-build")
     shutil.copytree(REPO / "trainer_client", source / "trainer_client")
-    shutil.copytree(CLIENT_PROJECT, source / "clients" / "python")
+    shutil.copytree(CLIENT_PROJECT, source / "clients" / "python", symlinks=True)
+    dist = source / "dist"
+    _run([_uv(), "build", "-q", str(source / "clients" / "python"), "--out-dir", str(dist)], source)
+    (sdist,) = dist.glob("*.tar.gz")
+    (built,) = dist.glob("*.whl")
+    with tarfile.open(sdist) as archive:
+        in_sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    with zipfile.ZipFile(built) as archive:
+        in_wheel = set(archive.namelist())
+    expected = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "trainer_client").rglob("*")
+        if p.suffix in {".py", ".typed"}
+    }
+    assert "trainer_client/integrations/reward.py" in expected
+    assert expected <= in_sdist, sorted(expected - in_sdist)
+    assert expected <= in_wheel, sorted(expected - in_wheel)
+    return built
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.11"])
+def test_the_client_installs_alone_and_its_tests_pass(
+    version: str, wheel: Path, tmp_path: Path
+) -> None:
+    uv = _uv()
     venv = tmp_path / "venv"
     python = str(venv / "bin" / "python")
     env_args = ["--python", python]
     _run([uv, "venv", "-q", "--python", _interpreter(version), str(venv)], tmp_path)
-    _run([uv, "pip", "install", "-q", *env_args, str(source / "clients" / "python")], tmp_path)
+    _run([uv, "pip", "install", "-q", *env_args, str(wheel)], tmp_path)
 
     listed = json.loads(_run([uv, "pip", "list", *env_args, "--format", "json"], tmp_path))
     installed = {item["name"].lower().replace("_", "-") for item in listed}

@@ -261,6 +261,19 @@ def test_images_are_the_decoded_pngs_and_the_response_says_they_exist() -> None:
     assert "images:" not in format_tool_response(_result("ok"), max_chars=None)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["not base64 at all!", "é" * 8, "AAAA", PNG_1X1[:-3], "", "=" * 8, "iVBORw0KGgo" + "\x00"],
+)
+def test_images_and_the_response_never_raise_on_a_forged_display(value: str) -> None:
+    # A program can write its rich outputs itself; whatever the service passes on, the client
+    # must not raise in a rollout loop: what is not a base64 PNG is not an image.
+    display = [{"image/png": value}, {"image/png": PNG_1X1}, {"text/plain": value}]
+    result = ExecuteResult(id="x", status="ok", display=display)
+    assert [image[:8] for image in result.images()] == [b"\x89PNG\r\n\x1a\n"]
+    assert "images: 1 produced" in format_tool_response(result, max_chars=None)
+
+
 def test_the_jupyter_tool_schema_is_rstar2s() -> None:
     schema = jupyter_tool_schema()
     assert schema["function"]["name"] == JUPYTER_TOOL_NAME == "jupyter_code"

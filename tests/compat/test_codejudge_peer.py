@@ -1,9 +1,9 @@
-"""code-judge's own test cases (its tests/test_main.py, the Python ones), as our requests.
+"""code-judge's own test cases (its tests/test_main.py), as our requests.
 
 The same kinds of submissions to /run and /judge (and their batch twins), checked on the fields
-code-judge's tests check, against the real service with its default code-judge limit (10 s).
-C++ submissions, which code-judge compiles and runs, are answered `invalid_input` here
-(docs/compatibility.md); the batches check that they do not hold the Python ones back.
+code-judge's tests check, against the real service with its default code-judge limit (10 s):
+Python, and C++ (accepted, wrong answer, compile error; its time limit is in
+tests/service/test_compat.py, under a shorter limit).
 """
 
 from __future__ import annotations
@@ -119,22 +119,50 @@ async def test_a_file_written_above_the_working_directory_stays_in_the_jail(
         assert "Error" in result["stderr"]  # PermissionError or read-only file system
 
 
+CPP_A = '#include <cstdio>\nint main(){printf("a");return 0;}\n'
+CPP_SLEEP_3 = '#include <cstdio>\n#include <unistd.h>\nint main(){sleep(3);printf("a");return 0;}\n'
+
+
+def cpp(solution: str, expected: str) -> dict[str, Any]:
+    return {"type": "cpp", "solution": solution, "expected_output": expected}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(
+    ("solution", "expected", "outcome"),
+    [
+        (CPP_SLEEP_3, "a", (True, True)),
+        (CPP_A, "b", (False, True)),
+        ('#include <cstdio>\nint main(){printf("a")xx;return 0;}\n', "b", (False, False)),
+    ],
+    ids=["cpp", "cpp-fail", "cpp-compile-error"],
+)
+async def test_cpp(
+    http: httpx.AsyncClient, route: str, solution: str, expected: str, outcome: tuple[bool, bool]
+) -> None:
+    result = await post_ok(http, f"/{route}", cpp(solution, expected))
+    assert verdict(result) == outcome
+
+
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("batch", ["batch", "long-batch"])
 async def test_a_mixed_batch_in_order(http: httpx.AsyncClient, route: str, batch: str) -> None:
-    cpp = {"type": "cpp", "solution": "int main(){return 0;}", "expected_output": "b"}
     submissions = [
-        cpp,
+        cpp(CPP_A, "b"),
         python(ECHO, "a", "b"),
         python(ECHO, "a", "a"),
-        python("import time\ntime.sleep(3)\nprint('a')", None, "a"),
+        cpp(CPP_SLEEP_3, "a"),
     ]
     body = {"type": "batch", "submissions": submissions}
     answer = await post_ok(http, f"/{route}/{batch}", body)
     results = answer["results"]
     assert len(results) == 4 and len({r["sub_id"] for r in results}) == 4
-    assert results[0]["reason"] == "invalid_input" and verdict(results[0]) == (False, False)
-    assert [verdict(r) for r in results[1:]] == [(False, True), (True, True), (True, True)]
+    assert [verdict(r) for r in results] == [
+        (False, True),
+        (False, True),
+        (True, True),
+        (True, True),
+    ]
     assert all(list(r) == (RUN_FIELDS if route == "run" else JUDGE_FIELDS) for r in results)
 
 

@@ -174,6 +174,10 @@ async def test_jupyter_stderr_an_error_and_the_cells_after_it(http: httpx.AsyncC
     [error] = cells_out[2]["error"]
     assert (error["ename"], error["evalue"]) == ("AssertionError", "")
     assert error["traceback"][0].startswith("Traceback") and cells_out[2]["stderr"] == ""
+    # Only the cell's own frame: nothing of the interpreter that ran it.
+    assert [line for line in error["traceback"] if line.startswith("  File")] == [
+        '  File "<cell>", line 1, in <module>\n'
+    ]
     assert cells_out[3]["stdout"] == "hello\n"
 
 

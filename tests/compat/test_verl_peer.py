@@ -30,14 +30,14 @@ print(f"output_{data.split('_')[-1]}\\n", end='')
 """
 
 
-def verl_body(code: str, stdin: str, timeout: float) -> dict[str, Any]:
+def verl_body(code: str, stdin: str, timeout: float, language: str = "python") -> dict[str, Any]:
     return {
         "compile_timeout": timeout,
         "run_timeout": timeout,
         "code": code,
         "stdin": stdin,
         "memory_limit_MB": 1024,
-        "language": "python",
+        "language": language,
         "files": {},
         "fetch_files": [],
     }
@@ -46,9 +46,14 @@ def verl_body(code: str, stdin: str, timeout: float) -> dict[str, Any]:
 def verl_score(response: dict[str, Any], expected: str) -> bool | int:
     """verl's per-case result for an answer (`_process_single_case`)."""
     run = response.get("run_result") or {}
+    compiled = response.get("compile_result") or {}
     if response["status"] == "SandboxError":
         return -1
     if response["status"] == "Failed":
+        if compiled.get("status") in ("Error", "TimeLimitExceeded") or (
+            compiled.get("status") == "Finished" and compiled.get("return_code") != 0
+        ):
+            return -4
         if run.get("status") == "TimeLimitExceeded":
             return -3
         return -2
@@ -58,11 +63,14 @@ def verl_score(response: dict[str, Any], expected: str) -> bool | int:
 
 
 async def check(
-    http: httpx.AsyncClient, code: str, cases: list[tuple[str, str]], run_timeout: float = 10
+    http: httpx.AsyncClient,
+    code: str,
+    cases: list[tuple[str, str]],
+    run_timeout: float = 10,
+    language: str = "python",
 ) -> list[bool | int]:
-    responses = await asyncio.gather(
-        *(post_ok(http, "/run_code", verl_body(code, stdin, run_timeout)) for stdin, _ in cases)
-    )
+    bodies = [verl_body(code, stdin, run_timeout, language) for stdin, _ in cases]
+    responses = await asyncio.gather(*(post_ok(http, "/run_code", body) for body in bodies))
     return [verl_score(r, expected) for r, (_, expected) in zip(responses, cases, strict=True)]
 
 
@@ -90,3 +98,11 @@ async def test_a_hundred_cases_at_once_with_wrong_answers_and_timeouts(
     scores = await check(http, MIXED, cases, run_timeout=3)
     expected = [-3 if i in timeouts else i not in wrong for i in range(100)]
     assert scores == expected
+
+
+async def test_cpp_answers_and_a_compile_error(http: httpx.AsyncClient) -> None:
+    # verl's C++ cases: a program echoing its input, and its compile_error case (-4).
+    echo = "#include <iostream>\nint main() { std::string s; std::cin >> s; std::cout << s; }"
+    assert await check(http, echo, [("a", "a"), ("b", "c")], language="cpp") == [True, False]
+    broken = "#include <iostream>\nint main() { std::cout << undefined_var; }"
+    assert await check(http, broken, [("a", "a")], language="cpp") == [-4]

@@ -1,11 +1,11 @@
 """Run in the trainers' environment: the TRL and OpenRLHF examples, called as those trainers do.
 
-Usage: drive_trl_openrlhf.py SERVICE_URL EXAMPLES_DIR. TRL: the reward function awaited on
-TRL's own daemon event loop with TRL's keyword arguments, the environment's tool schema read by
-transformers' get_json_schema (what GRPOTrainer does), reset and tool calls. OpenRLHF: the
-example's AgentExecutor built (OpenRLHF's MultiTurnAgentExecutor checks the instance class), an
-episode driven as its execute() drives it (reset, then step per model turn). Prints one JSON
-report as its last line.
+Usage: drive_trl_openrlhf.py SERVICE_URL EXAMPLES_DIR OUTPUT_DIR. TRL: the reward function
+awaited on TRL's own daemon event loop with TRL's keyword arguments, the environment's tool
+schema read by transformers' get_json_schema (what GRPOTrainer does), reset and tool calls, and
+one GRPOTrainer.train() step (trl_train_step.py). OpenRLHF: an episode through its own
+MultiTurnAgentExecutor.execute() with the example's executor, tiny_chat's tokenizer and a
+scripted engine answering as vLLM does. Prints one JSON report as its last line.
 """
 
 from __future__ import annotations
@@ -18,17 +18,19 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 warnings.simplefilter("error", ResourceWarning)
 
+import tiny_chat  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
 from trl.trainer.utils import (  # noqa: E402
     is_async_callable,
     shutdown_event_loop_in_daemon,
     start_event_loop_in_daemon,
 )
+from trl_train_step import train_one_step  # noqa: E402
 
 from trainer_client.integrations import clients, reward  # noqa: E402
 
@@ -81,37 +83,68 @@ def trl_part(examples: Path) -> dict[str, Any]:
     }
 
 
+class ScriptedEngine:
+    """OpenRLHF's LLM engine (the model, not our code), answering from a script as vLLM does:
+    token ids end with the EOS (`<|im_end|>`), which the text leaves out."""
+
+    def __init__(self, turns: list[str]) -> None:
+        self._turns = iter(turns)
+
+    async def generate(self, prompt_ids: list[int], sampling_params: Any, **kwargs: Any) -> Any:
+        text = next(self._turns)
+        output = SimpleNamespace(
+            token_ids=tiny_chat.ids(text + tiny_chat.END_OF_TURN),
+            text=text,
+            finish_reason="stop",
+            logprobs=None,
+        )
+        return SimpleNamespace(outputs=[output])
+
+
 async def openrlhf_part(examples: Path) -> dict[str, Any]:
     example = load(examples / "openrlhf_agent_func.py")
-    executor = example.AgentExecutor()
-    agent = executor.agent_instance_cls()
-    first = await agent.reset({"observation": "What is 6 * 7?", "label": "42"})
+    instances: list[Any] = []
+    reset = example.AgentInstance.reset
 
-    def turn(action: str) -> dict[str, Any]:
-        return {"observation_text": "", "action_text": action, "label": "42"}
+    async def recorded_reset(self: Any, states: dict[str, Any], **kwargs: Any) -> Any:
+        instances.append(self)
+        return await reset(self, states, **kwargs)
 
-    call = '<tool_call>{{"name": "jupyter_code", "arguments": {{"code": "{}"}}}}</tool_call>'
-    steps = [
-        await agent.step(turn(call.format("v = 6 * 7"))),
-        await agent.step(turn(call.format("v"))),
-    ]
-    session = agent.session.id
-    steps.append(await agent.step(turn("So the answer is \\boxed{42}.")))
+    example.AgentInstance.reset = recorded_reset
+    call = '<tool_call>\n{{"name": "jupyter_code", "arguments": {{"code": "{}"}}}}\n</tool_call>'
+    engine = ScriptedEngine([call.format("v = 6 * 7"), call.format("v"), "So \\boxed{42}."])
+    tok = tiny_chat.tokenizer()
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 6 * 7?"}], tokenize=False, add_generation_prompt=True
+    )
+    episode = await example.AgentExecutor().execute(
+        prompt,
+        "42",
+        SimpleNamespace(max_tokens=None, logprobs=None, stop=None),
+        max_length=4096,
+        hf_tokenizer=tok,
+        llm_engine=engine,
+    )
     await example._CLIENTS.aclose()
     await reward.close_clients()
     return {
-        "observation": first["observation"],
-        "feedback": [s["environment_feedback"] for s in steps],
-        "rewards": [s["rewards"].item() for s in steps],
-        "done": [s["done"] for s in steps],
-        "session": session,
+        "tokens": tok.decode(episode["observation_tokens"]),
+        "actions": [
+            tok.decode(episode["observation_tokens"][a:b]) for a, b in episode["action_ranges"]
+        ],
+        "reward": episode["reward"],
+        "session": instances[0].session.id,
     }
 
 
 if __name__ == "__main__":
     os.environ["RL_SANDBOX_URL"] = sys.argv[1]
     examples = Path(sys.argv[2])
-    report = {"trl": trl_part(examples), "openrlhf": asyncio.run(openrlhf_part(examples))}
+    report = {
+        "trl": trl_part(examples),
+        "openrlhf": asyncio.run(openrlhf_part(examples)),
+        "train": train_one_step(load(examples / "trl_grpo.py"), Path(sys.argv[3])),
+    }
     clients.close_shared_sync_clients()
     gc.collect()
     print(json.dumps(report))

@@ -1,9 +1,10 @@
 """Run in the trainers' environment: our verl tools and reward, through verl's own code.
 
-Usage: drive_verl.py SERVICE_URL EXAMPLES_DIR. The tools are built by verl's tool registry from
-the example configs; calls go through verl's ToolAgentLoop._call_tool (create, execute, release
-around each call, as verl's agent loop does). Prints one JSON report as its last line; the test
-checks it and then asks the service whether the sessions are gone.
+Usage: drive_verl.py SERVICE_URL EXAMPLES_DIR WORK_DIR. The tools are built by verl's tool
+registry from the example configs; calls go through verl's ToolAgentLoop._call_tool (create,
+execute, release around each call, as verl's agent loop does); then whole trajectories and the
+reward loop (verl_loop.py, in the same process: verl is imported once). Prints one JSON report
+as its last line; the test checks it and then asks the service whether the sessions are gone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from verl.experimental.agent_loop.agent_loop import _agent_loop_registry  # noqa
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop  # noqa: E402
 from verl.experimental.agent_loop.tool_parser import FunctionCall  # noqa: E402
 from verl.tools.tool_registry import initialize_tools_from_config  # noqa: E402
+from verl_loop import run_loops_and_reward  # noqa: E402
 
 from trainer_client.integrations import clients, reward  # noqa: E402
 from trainer_client.integrations import verl as ours  # noqa: E402
@@ -61,7 +63,7 @@ def socket_fds() -> int:
     return count
 
 
-async def main(examples: Path) -> dict[str, Any]:
+async def main(examples: Path, work: Path) -> dict[str, Any]:
     report: dict[str, Any] = {"sockets_before": socket_fds()}
     (code_tool,) = initialize_tools_from_config(str(examples / "code_tool_config.yaml"))
     (session_tool,) = initialize_tools_from_config(str(examples / "session_tool_config.yaml"))
@@ -101,7 +103,8 @@ async def main(examples: Path) -> dict[str, Any]:
         assert scope is not None
         trajectory_sessions = [session for _, session in scope.sessions.values()]
     report["trajectory"] = {"sessions": trajectory_sessions, "texts": texts}
-    # Outside a scope each call is an instance of its own, ended by release: no state carries.
+    # Outside a scope, calls of two trajectories (two AgentData) share nothing; each trajectory's
+    # session ends when its AgentData is freed.
     report["unscoped"] = [
         await call("jupyter_code", {"code": "z = 1"}, "traj-2"),
         await call("jupyter_code", {"code": "z"}, "traj-2"),
@@ -130,6 +133,9 @@ async def main(examples: Path) -> dict[str, Any]:
         [{}] * len(samples),
     )
 
+    report["loop"] = await run_loops_and_reward(examples, work)
+    gc.collect()
+    await session_tool.wait_ended()
     await code_tool.aclose()
     await session_tool.aclose()
     await reward.close_clients()
@@ -141,4 +147,4 @@ async def main(examples: Path) -> dict[str, Any]:
 
 if __name__ == "__main__":
     os.environ["RL_SANDBOX_URL"] = sys.argv[1]
-    print(json.dumps(asyncio.run(main(Path(sys.argv[2])))))
+    print(json.dumps(asyncio.run(main(Path(sys.argv[2]), Path(sys.argv[3])))))

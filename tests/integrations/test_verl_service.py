@@ -2,7 +2,10 @@
 
 verl runs in the trainers' environment (trainer_env.py: verl 0.9.1 from the package index, our
 client from this checkout); drive_verl.py builds the tools with verl's registry from
-examples/verl and calls them through verl's ToolAgentLoop._call_tool. Here the service is asked
+examples/verl and calls them through verl's ToolAgentLoop._call_tool; then (verl_loop.py) it runs
+whole trajectories through ToolAgentLoop.run (verl's plain `tool_agent` and our
+`rl_sandbox_tool_agent`, built as verl's agent-loop worker builds them, a scripted model) and a
+batch through verl's RewardLoopWorker with our compute_score. Here the service is asked
 afterwards whether each session the tools opened is gone.
 """
 
@@ -33,10 +36,14 @@ def last_json_line(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def verl_report(service: PrivateService, trainer_env: Path, client_path: Path) -> dict[str, Any]:
-    done = run_in_trainer_env(
-        trainer_env, HERE / "drive_verl.py", [service.url, str(EXAMPLES)], client_path
-    )
+def verl_report(
+    service: PrivateService,
+    trainer_env: Path,
+    client_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    args = [service.url, str(EXAMPLES), str(tmp_path_factory.mktemp("verl-loop"))]
+    done = run_in_trainer_env(trainer_env, HERE / "drive_verl.py", args, client_path)
     return last_json_line(done)
 
 
@@ -65,7 +72,7 @@ def test_a_trajectory_shares_one_session_that_its_scope_ends(
     assert "stdout: 42" in trajectory["texts"][1] and "stdout: 7" in trajectory["texts"][2]
     (session,) = trajectory["sessions"]
     assert_gone(service, session, "y")
-    # Without a scope, verl's per-call create/release gives each call a session of its own.
+    # Without a scope, calls of two trajectories (two AgentData) share no session.
     assert "Tool call success" in verl_report["unscoped"][0]
     assert "NameError" in verl_report["unscoped"][1]
 
@@ -108,3 +115,31 @@ def last_json_line_list(done: subprocess.CompletedProcess[str]) -> list[str]:
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
     missing: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return missing
+
+
+@pytest.fixture(scope="module")
+def loop_report(verl_report: dict[str, Any]) -> dict[str, Any]:
+    loop: dict[str, Any] = verl_report["loop"]
+    return loop
+
+
+@pytest.mark.parametrize("agent", ["tool_agent", "rl_sandbox_tool_agent"])
+def test_a_trajectory_through_toolagentloop_run_keeps_its_interpreter(
+    loop_report: dict[str, Any], service: PrivateService, agent: str
+) -> None:
+    trajectory = loop_report[agent]
+    text = trajectory["response"]
+    responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, re.S)
+    assert len(responses) == 2, trajectory["response"]
+    assert responses[0].startswith("Tool call success")
+    assert "stdout: 42" in responses[1]  # `v` set by the first call, printed by the second
+    assert trajectory["response"].endswith("\\boxed{42}.<|im_end|>")
+    (ended,) = trajectory["ended"]
+    assert_gone(service, ended, "v")
+    if agent == "tool_agent":  # freed with verl's AgentData when run returned
+        assert trajectory["sessions"] == [ended]
+
+
+def test_verls_reward_loop_loads_and_awaits_our_compute_score(loop_report: dict[str, Any]) -> None:
+    assert loop_report["reward_manager"] == "NaiveRewardManager"
+    assert loop_report["reward_scores"] == [1.0, 0.0, 0.0, 1.0]

@@ -25,6 +25,9 @@ REQUIREMENTS = (
     "cachetools",
     "fastapi",
     "uvicorn",
+    # transformers' chat-template tool-call parsing (TRL's environment_factory) imports it;
+    # the transformers verl pins does not declare it
+    "jmespath",
     # the client's own dependencies (clients/python)
     "httpx>=0.27",
     "pydantic>=2.7",

@@ -63,8 +63,9 @@ def test_program_ignoring_signals_and_exceptions_is_still_stopped(run: RunFn) ->
 def test_cpu_time_limit_is_enforced_per_process(run: RunFn) -> None:
     result = run("while True: pass", timeout_s=10.0, cpu_time_s=1.0)
     assert result.status == Status.TIMEOUT
+    # SIGXCPU, not the wall clock's SIGKILL: the CPU limit stopped it (the wall time depends on
+    # the machine's load).
     assert result.signal == signal.SIGXCPU
-    assert result.wall_time < 5.0
 
 
 def test_fork_bomb_stops_at_the_process_limit(run: RunFn) -> None:
@@ -270,17 +271,18 @@ def test_proc_shows_only_the_jail(run: RunFn) -> None:
         import os
         pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
         print(pids)
+        print(os.getpid())
         try:
             open('/proc/1/environ').read()
             print('zygote environ readable')
-        except PermissionError:
+        except (PermissionError, FileNotFoundError):
             print('denied')
         """)
     )
     lines = result.stdout.splitlines()
-    assert lines[0] == "[1, 2]" or lines[0].startswith("[1, ")
-    assert len(eval(lines[0])) <= 3
-    assert lines[1] == "denied"
+    # The program's own processes only: the zygote (PID 1) is another uid's, hidden.
+    assert eval(lines[0]) == [int(lines[1])], lines
+    assert lines[2] == "denied"
 
 
 def test_host_files_are_not_visible(run: RunFn) -> None:
@@ -363,8 +365,12 @@ def test_killing_the_zygote_and_everyone(run: RunFn) -> None:
     result = run(
         code("""
         import os, signal
-        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGSTOP):
-            os.kill(1, sig)  # delivered, and ignored: init has no handler for them
+        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV, signal.SIGSTOP, 0):
+            try:
+                os.kill(1, sig)  # the zygote is another uid's: the kernel refuses
+                print('signalled the zygote', sig)
+            except PermissionError:
+                pass
         try:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
@@ -520,9 +526,10 @@ def test_zygote_survives_hostile_programs(warm_executor: JailExecutor) -> None:
         "open('/proc/1/mem', 'rb').read(1)",
     ]
     statuses = [warm_executor.run(ExecutionSpec(code=attack)).status for attack in attacks]
-    # SIGKILL/SIGSTOP to init are ignored; ptrace answers EPERM (ctypes returns -1); prlimit
-    # of another process raises PermissionError; /proc/1 is not the program's.
-    assert statuses == [Status.OK, Status.OK, Status.ERROR, Status.ERROR, Status.ERROR]
+    # The zygote is another uid's: a signal to it raises PermissionError; ptrace answers EPERM
+    # (ctypes returns -1); prlimit of another process raises PermissionError; /proc/1 is
+    # hidden from the program.
+    assert statuses == [Status.ERROR, Status.OK, Status.ERROR, Status.ERROR, Status.ERROR]
     after = warm_executor.run(ExecutionSpec(code="print('zygote fine')"))
     assert after.stdout == "zygote fine\n"
     assert warm_executor.zygote_pid() == before
@@ -547,12 +554,12 @@ def test_daemons_do_not_outlive_the_call(run: RunFn) -> None:
         code("""
         import os, time
         time.sleep(1)
-        print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+        print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [os.getpid()])
         print(os.path.exists('/tmp/daemon-was-here'))
         """)
     )
-    pids, exists = check.stdout.splitlines()
-    assert len(eval(pids)) == 2
+    alone, exists = check.stdout.splitlines()
+    assert alone == "True"
     assert exists == "False"
 
 
@@ -678,7 +685,8 @@ def test_unbounded_recursion_limit_crashes_cleanly(run: RunFn) -> None:
         ("raise SystemExit('bye')", Status.ERROR, 1, "bye"),
         ("raise ValueError('boom')", Status.ERROR, 1, "ValueError: boom"),
         ("def f(:\n  pass", Status.ERROR, 1, "SyntaxError"),
-        ("raise MemoryError()", Status.MEMORY_LIMIT, 1, "MemoryError"),
+        # Raised far below the memory limit: the program's error (outcome.py), not the limit's.
+        ("raise MemoryError()", Status.ERROR, 1, "MemoryError"),
     ],
 )
 def test_exit_codes_and_errors(
@@ -979,14 +987,15 @@ def test_proc_shows_only_the_jails_own_processes(run: RunFn) -> None:
         code("""
         import os
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-        print(pids[0], len(pids) <= 3, os.getpid() in pids)
+        print(pids == [os.getpid()], os.path.exists("/proc/1"))
         for name in ("meminfo", "loadavg", "cpuinfo", "mounts", "sysvipc", "kallsyms"):
             print(name, os.path.exists("/proc/" + name))
         """)
     )
     assert result.status == Status.OK, result
     lines = result.stdout.splitlines()
-    assert lines[0] == "1 True True", f"/proc shows other processes: {result.stdout}"
+    # Its own processes only: the zygote (PID 1) is another uid's, hidden (hidepid).
+    assert lines[0] == "True False", f"/proc shows other processes: {result.stdout}"
     assert all(line.endswith("False") for line in lines[1:]), f"host-wide /proc: {lines}"
 
 

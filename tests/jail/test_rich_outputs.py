@@ -107,6 +107,19 @@ def test_a_program_without_figures_has_no_display_and_its_error_is_structured(
     assert "".join(failed.error.traceback) in failed.stderr
 
 
+def test_a_traceback_shows_only_the_programs_own_frames(run: RunFn) -> None:
+    failed = run("def f():\n    return undefined_name\n\nf()")
+    assert failed.error is not None and failed.error.ename == "NameError"
+    shown = "".join(failed.error.traceback)
+    assert shown == (
+        "Traceback (most recent call last):\n"
+        '  File "<string>", line 4, in <module>\n'
+        '  File "<string>", line 2, in f\n'
+        "NameError: name 'undefined_name' is not defined\n"
+    )
+    assert "zygote" not in failed.stderr and shown in failed.stderr
+
+
 @pytest.mark.parametrize(
     "forgery",
     [

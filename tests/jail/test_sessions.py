@@ -51,6 +51,28 @@ def test_cell_errors_keep_the_session(pool: SessionPool) -> None:
     assert pool.run_cell("s-err", cell("z * 2")).result.stdout == "10\n"
 
 
+@pytest.mark.parametrize(
+    ("code", "frames"),
+    [
+        ("def f():\n    return missing\nvalue = f()", ["line 3, in <module>", "line 2, in f"]),
+        ("def f():\n    return missing\nf()", ["line 3, in <module>", "line 2, in f"]),
+        ("class R:\n    def __repr__(self):\n        return missing\nR()", ["line 3"]),
+    ],
+    ids=["statement", "last-expression", "repr-of-the-value"],
+)
+def test_a_cells_traceback_shows_only_the_cells_own_frames(
+    pool: SessionPool, code: str, frames: list[str]
+) -> None:
+    failed = pool.run_cell("s-traceback", cell(code)).result
+    assert failed.error is not None and failed.error.ename == "NameError"
+    shown = "".join(failed.error.traceback)
+    assert "zygote" not in shown and "zygote" not in failed.stderr, shown
+    lines = [line for line in shown.splitlines() if line.startswith("  File ")]
+    assert len(lines) == len(frames), shown
+    for line, frame in zip(lines, frames, strict=True):
+        assert line.startswith('  File "<cell>"') and frame in line, shown
+
+
 def test_sessions_never_see_each_other(pool: SessionPool) -> None:
     pool.run_cell("s-a", cell("secret = 'A'\nopen('/tmp/a.txt', 'w').write('A')"))
     seen = pool.run_cell(

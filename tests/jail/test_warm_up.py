@@ -76,4 +76,4 @@ def test_nothing_of_a_warmed_standby_reaches_the_program(executor: JailExecutor)
             )
         ),
     )
-    assert output == "[] 2\n"  # an empty __main__; the zygote and this program, nothing else
+    assert output == "[] 1\n"  # an empty __main__; this program alone (the zygote is hidden)

@@ -4,23 +4,27 @@ one process when started without torchrun: the same rows, the same loss, the res
 Modes: `grads` (one backward over the ranks: the loss and every gradient), `update` (the
 trainer's update path: the policy built as the trainer builds it, one SFT step, then a GRPO
 policy_update of two mini-batches in token-budget micro-batches with AdamW: the metrics and
-every parameter after it).
+every parameter after it; then the vLLM weight push's buckets: what they carry, and how many
+gathered tensors were alive at each; and the device of every tensor handed to a collective).
 """
 
 from __future__ import annotations
 
 import random
 import sys
+import weakref
 
 import torch
 import torch.distributed as dist
 
 from rl.config import GRPOConfig
+from rl.engines.vllm_cuda import bucketed
 from rl.grpo import MicroBatching, policy_update
 from rl.logprobs import LogProbModel, pad_responses
 from rl.loss import policy_loss
 from rl.parallel.distributed import (
     backward_over_ranks,
+    collective_device,
     full_gradients,
     full_tensor,
     init_from_env,
@@ -31,6 +35,7 @@ from rl.run.checkpoint import full_model_state
 from rl.run.optim import grpo_optimizer, sft_optimizer
 from rl.run.tiny import build_model
 from rl.run.train_config import config_from_dict
+from rl.run.trainer import _check_same_vocabulary
 from rl.sft import SFTExample, sft_step
 from rl.trajectory import Trajectory
 
@@ -139,12 +144,67 @@ def update(out: str) -> None:
     )
     params = {n: full_tensor(p.detach()).cpu() for n, p in policy.named_parameters()}
     state = full_model_state(policy)
+    push = pushed_buckets(policy)
+    _check_same_vocabulary(type("Tok", (), {"get_vocab": lambda self: {"a": 0}})())
     if topology.is_main:
         result = {"sft": sft, "metrics": metrics, "params": params, "state_keys": sorted(state)}
+        result |= push | {
+            "collective_devices": sorted(SEEN),
+            "group_device": str(collective_device()),
+        }
         torch.save({**result, "world": topology.world_size}, out)
 
 
+def pushed_buckets(policy: torch.nn.Module) -> dict[str, object]:
+    """The weight push's buckets (rl.engines.vllm_cuda.bucketed) decoded by their layouts, and
+    the gathered tensors alive when each bucket is handed over."""
+    alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+    gathered = 0
+
+    def counting(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal gathered
+        whole = full_tensor(tensor)
+        if whole is not tensor:
+            alive.add(whole)
+        gathered += 1
+        return whole
+
+    pushed, alive_at_yield, gathered_at_yield, slots = {}, [], [], []
+    for bucket, buffer in bucketed(policy.named_parameters(), 4 << 10, gather=counting):
+        alive_at_yield.append(len(alive))
+        gathered_at_yield.append(gathered)
+        slots.append(len(bucket.slots))
+        for slot in bucket.slots:
+            view = buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
+            pushed[slot.name] = view.clone().cpu()
+        del buffer
+    return {
+        "pushed": pushed,
+        "alive_at_yield": alive_at_yield,
+        "gathered_at_yield": gathered_at_yield,
+        "bucket_slots": slots,
+    }
+
+
+SEEN: set[str] = set()
+"""The device of every tensor the run handed to a collective (wrapped below)."""
+
+
+def _wrap_collectives() -> None:
+    for name in ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"):
+        real = getattr(dist, name)
+
+        def wrapped(*args: object, _real: object = real, **kwargs: object) -> object:
+            for value in [*args[:2], *kwargs.values()]:
+                if isinstance(value, torch.Tensor):
+                    SEEN.add(str(value.device))
+            return _real(*args, **kwargs)  # type: ignore[operator]
+
+        setattr(dist, name, wrapped)
+
+
 if __name__ == "__main__":
+    _wrap_collectives()
     mode, path = sys.argv[1], sys.argv[2]
     if mode == "grads":
         grads(path, sharded="--fsdp" in sys.argv)

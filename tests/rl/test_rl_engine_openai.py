@@ -38,7 +38,12 @@ async def test_token_ids_and_logprobs_from_a_vllm_reply() -> None:
         "logprobs": {"tokens": ["token_id:5", "token_id:9"], "token_logprobs": [-0.5, -0.25]},
     }
     engine = OpenAIEngine(
-        "http://server", "policy", lambda s: [0], transport=server(reply, seen), api_key="k"
+        "http://server",
+        "policy",
+        lambda s: [0],
+        transport=server(reply, seen),
+        api_key="k",
+        server_logprobs="processed",
     )
     try:
         generation = await engine.generate([1, 2, 3], PARAMS)
@@ -81,3 +86,36 @@ async def test_a_stop_string_left_out_by_the_server_is_put_back() -> None:
     finally:
         await engine.aclose()
     assert generation.text == "call</tool_call>"
+
+
+async def test_raw_logprobs_are_kept_only_where_they_are_the_sampling_distributions() -> None:
+    reply = {
+        "text": "ab",
+        "finish_reason": "length",
+        "logprobs": {"tokens": ["token_id:5", "token_id:9"], "token_logprobs": [-0.5, -0.25]},
+    }
+    got = {}
+    for server_kind, temperature, top_p in (
+        ("raw", 0.6, 1.0),
+        ("raw", 1.0, 1.0),
+        ("processed", 0.6, 1.0),
+        ("processed", 1.0, 0.9),
+    ):
+        engine = OpenAIEngine(
+            "http://server",
+            "policy",
+            lambda s: [0],
+            transport=server(reply, []),
+            server_logprobs=server_kind,  # type: ignore[arg-type]
+        )
+        params = SamplingParams(max_new_tokens=8, temperature=temperature, top_p=top_p)
+        try:
+            got[(server_kind, temperature, top_p)] = (await engine.generate([1], params)).logprobs
+        finally:
+            await engine.aclose()
+    assert got == {
+        ("raw", 0.6, 1.0): None,  # temperature 1 log-probs: not the distribution sampled from
+        ("raw", 1.0, 1.0): [-0.5, -0.25],
+        ("processed", 0.6, 1.0): [-0.5, -0.25],
+        ("processed", 1.0, 0.9): None,  # renormalised over the nucleus: not the trainer's
+    }

@@ -4,6 +4,7 @@ process on the same batch."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rl.engines.vllm_sync import checkpoint_name
 from rl.logprobs import LogProbModel, pad_responses, response_logprobs
 from rl.parallel.microbatch import pad_plan, split_balanced, token_budget_batches
 
@@ -141,6 +143,22 @@ def test_the_trainers_sft_and_grpo_update_on_two_gloo_ranks_equal_one_process(
     assert moved == len(single["params"])
     # The checkpoint's whole state dict: the LM's own names, from one process or two.
     assert single["state_keys"] == sharded["state_keys"] == sorted(_tiny().state_dict())
+    # The vLLM weight push after the update: every parameter, under its checkpoint name, equal
+    # in bf16 to the parameters, and so to the one process's; gathered one bucket at a time.
+    for result in (single, sharded):
+        params = {checkpoint_name(n): p for n, p in result["params"].items()}
+        assert result["pushed"].keys() == params.keys()
+        for name, value in result["pushed"].items():
+            assert value.dtype == torch.bfloat16
+            assert torch.equal(value, params[name].bfloat16()), name
+    for name, value in single["pushed"].items():
+        assert torch.allclose(sharded["pushed"][name].float(), value.float(), atol=1e-2), name
+    slots = sharded["bucket_slots"]
+    assert len(slots) > 2
+    assert sharded["gathered_at_yield"] == list(itertools.accumulate(slots))  # streamed
+    assert max(sharded["alive_at_yield"]) <= 1  # the last gathered tensor, if any, at a yield
+    # Every tensor the 2-rank run handed to a collective was on the group's device.
+    assert sharded["collective_devices"] == [sharded["group_device"]] == ["cpu"]
 
 
 @pytest.mark.timeout(120)

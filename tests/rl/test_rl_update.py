@@ -167,3 +167,36 @@ def test_the_loss_is_the_mean_over_the_optimizer_steps_taken() -> None:
     )
     assert metrics["optimizer_steps"] == 3
     assert metrics["loss"] == pytest.approx(-1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "status", ["queue_timeout", "sandbox_error", "cancelled", "deadline_exceeded"]
+)
+def test_rollouts_that_met_an_infrastructure_status_are_kept_out_of_the_loss(status: str) -> None:
+    config = GRPOConfig(group_size=2, oversample=2, min_pos=1, min_neg=1)
+    trajectories, rewards = [], []
+    # Group 0: its one failing rollout met the infrastructure; group 1: every rollout did.
+    for group, statuses, group_rewards in (
+        (0, ["ok", "ok", status, "ok"], [1.0, 0.0, 0.0, 1.0]),
+        (1, [status] * 4, [1.0, 0.0, 1.0, 0.0]),
+    ):
+        for call_status, reward in zip(statuses, group_rewards, strict=True):
+            trajectories.append(
+                Trajectory(
+                    [1],
+                    [2],
+                    [1],
+                    [0.0],
+                    tool_results=[ToolRecord(1, call_status, "")],
+                    turn_spans=[(0, 1)],
+                    finish_reason="answer",
+                    response_text="<answer>x</answer>",
+                    group=group,
+                )
+            )
+            rewards.append(reward)
+    selection = select_and_weigh(trajectories, rewards, config, random.Random(0))
+    assert selection.infra_masked == 5
+    assert 2 not in selection.kept and not {4, 5, 6, 7} & set(selection.kept)
+    assert selection.groups == 2 and selection.dropped_groups == 1
+    assert len(selection.kept) == 2 and 1 in selection.kept  # its one clean negative

@@ -1,10 +1,24 @@
-"""The pure parts of the vLLM weight sync: names, bf16 buckets, when the engines are synced."""
+"""The pure parts of the vLLM weight sync (names, bf16 buckets, when the engines are synced,
+where an engine runs, what is refused) and the start-up check of the torch and vLLM APIs."""
 
 from __future__ import annotations
 
-import pytest
+import types
 
-from rl.engines.vllm_sync import buckets, checkpoint_name, syncs_for
+import pytest
+import torch
+
+from rl.engines.vllm_sync import (
+    buckets,
+    check_allocator_config,
+    check_logprob_match,
+    checkpoint_name,
+    engine_visible_devices,
+    syncs_for,
+)
+from rl.parallel.distributed import collective_device, collective_device_for
+from rl.run.collect import samples_from_policy
+from rl.versions import check_torch, check_vllm, missing
 
 
 @pytest.mark.parametrize(
@@ -38,12 +52,90 @@ def test_buckets_keep_order_fit_the_budget_and_lay_tensors_end_to_end() -> None:
     assert [s.name for b in out for s in b.slots] == [n for n, _ in params]
 
 
-def test_engines_are_synced_after_sft_at_each_stage_start_and_after_each_update() -> None:
+def test_engines_are_synced_after_sft_and_each_update_never_twice_in_a_row() -> None:
+    # The stage-start sync finds the engines holding the policy's weights each time (the run's
+    # starting weights, or those of the SFT stage's or the last update's sync): it is skipped.
     assert syncs_for(["sft", "grpo", "grpo"], [0, 2, 1]) == [
         "after_sft",
-        "stage_start",
         "after_update",
         "after_update",
-        "stage_start",
         "after_update",
     ]
+    assert syncs_for(["grpo", "sft", "sft", "grpo"], [1, 0, 0, 0]) == [
+        "after_update",
+        "after_sft",
+        "after_sft",
+    ]
+
+
+def test_each_ranks_engine_runs_on_that_ranks_device() -> None:
+    assert engine_visible_devices(None, 3, 8, 1) == "3"
+    assert engine_visible_devices("4,5,6,7", 2, 4, 1) == "6"
+    assert engine_visible_devices(None, 0, 1, 2) == "0,1"
+    assert engine_visible_devices("2,3,5", 0, 1, 2) == "2,3"
+    with pytest.raises(ValueError, match="tensor_parallel_size must be 1"):
+        engine_visible_devices(None, 0, 2, 2)
+    with pytest.raises(ValueError, match="visible devices"):
+        engine_visible_devices("0", 0, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("conf", "refused"),
+    [
+        (None, False),
+        ("max_split_size_mb:128", False),
+        ("expandable_segments:False", False),
+        ("expandable_segments:True", True),
+        ("max_split_size_mb:64, expandable_segments:true", True),
+    ],
+)
+def test_expandable_segments_are_refused_with_vllm_sleep_mode(
+    conf: str | None, refused: bool
+) -> None:
+    if refused:
+        with pytest.raises(ValueError, match="expandable_segments"):
+            check_allocator_config(conf)
+    else:
+        check_allocator_config(conf)
+
+
+def test_top_p_below_one_is_refused_for_vllm_logprobs() -> None:
+    check_logprob_match(1.0)
+    with pytest.raises(ValueError, match="top_p"):
+        check_logprob_match(0.95)
+
+
+def test_the_start_up_check_names_what_is_missing() -> None:
+    check_torch()  # this torch has everything rl/parallel calls
+    fake_torch = {"torch.accelerator": types.SimpleNamespace(current_accelerator=None)}
+
+    def importer(name: str) -> object:
+        if name in fake_torch:
+            return fake_torch[name]
+        raise ImportError(name)
+
+    with pytest.raises(RuntimeError, match=r"torch.accelerator.device_count.*torch >= 2.8"):
+        check_torch(importer)
+    with pytest.raises(RuntimeError, match="vllm is not installed"):
+        check_vllm(importer)
+    vllm = types.SimpleNamespace(AsyncEngineArgs=None, SamplingParams=object)
+    with pytest.raises(RuntimeError, match=r"vllm.AsyncLLMEngine, .*vLLM 0.11.0"):
+        check_vllm(lambda name: vllm if name == "vllm" else importer(name))
+    assert missing((("vllm", "SamplingParams"),), lambda name: vllm) == []
+
+
+def test_collectives_take_the_groups_device() -> None:
+    cuda1 = torch.device("cuda", 1)
+    assert collective_device_for("nccl", cuda1) == cuda1
+    assert collective_device_for("gloo", cuda1) == torch.device("cpu")
+    assert collective_device() == torch.device("cpu")  # no group
+
+
+def test_only_an_engine_sharing_the_policy_needs_it_gathered() -> None:
+    from rl_tiny import tiny_policy
+
+    from rl.engines.hf import TransformersEngine
+
+    tokenizer, model, _ = tiny_policy()
+    assert samples_from_policy([TransformersEngine(model, tokenizer)])
+    assert not samples_from_policy([object()])  # vLLM, a remote server: their own weights

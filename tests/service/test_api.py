@@ -68,8 +68,12 @@ async def test_request_id_is_generated_when_absent(client: httpx.AsyncClient) ->
         ({"code": "while True: pass", "timeout": 1}, "timeout", None, None, ""),
         ({"code": "import time; time.sleep(30)", "timeout": 0.5}, "timeout", None, None, ""),
         ({"code": "x = bytearray(2 * 1024**3)", "memory_mb": 200}, "memory_limit", None, None, ""),
-        ({"code": "raise MemoryError()"}, "memory_limit", 1, None, "MemoryError"),
+        # A MemoryError far below the limit, raised or printed: the program's, not the limit's.
+        ({"code": "raise MemoryError()"}, "error", 1, None, "MemoryError"),
+        ({"code": "import sys; sys.exit('MemoryError')"}, "error", 1, None, "MemoryError"),
         ({"code": "import os; os.kill(os.getpid(), 9)"}, "killed", None, signal.SIGKILL, ""),
+        # A SIGXCPU the program sends itself is not its CPU limit.
+        ({"code": "import os; os.kill(os.getpid(), 24)"}, "killed", None, signal.SIGXCPU, ""),
         (
             {"code": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                      "if libc.ptrace(0, 0, 0, 0) == -1:\n"
@@ -80,7 +84,7 @@ async def test_request_id_is_generated_when_absent(client: httpx.AsyncClient) ->
     ],
     ids=[
         "exit-3", "exception", "syntax-error", "cpu-spin", "sleep", "memory-bomb",
-        "memory-error", "kill-self", "ptrace", "segfault",
+        "memory-error", "printed-memory-error", "kill-self", "self-sigxcpu", "ptrace", "segfault",
     ],
 )  # fmt: skip
 async def test_program_outcomes_are_200_with_a_status(
@@ -209,7 +213,10 @@ async def test_invalid_requests_get_422_naming_the_field(
 async def test_invalid_batch_item_names_its_index_and_nothing_runs(
     client: httpx.AsyncClient,
 ) -> None:
-    before = metric((await client.get("/metrics")).text, 'rl_sandbox_executions_total{status="ok"}')
+    before = metric(
+        (await client.get("/metrics")).text,
+        'rl_sandbox_executions_total{status="ok",tenant="default"}',
+    )
     requests = [{"code": "print(1)"}, {"code": "print(2)"}, {"code": "1", "timeout": 99}]
     response = await client.post("/execute/batch", json={"requests": requests})
     assert response.status_code == 422
@@ -217,7 +224,10 @@ async def test_invalid_batch_item_names_its_index_and_nothing_runs(
     response = await client.post("/execute/batch", json={"requests": [{"code": "1"}, {"cod": 1}]})
     assert response.status_code == 422
     assert ["body", "requests", 1, "code"] in [e["loc"] for e in response.json()["detail"]]
-    after = metric((await client.get("/metrics")).text, 'rl_sandbox_executions_total{status="ok"}')
+    after = metric(
+        (await client.get("/metrics")).text,
+        'rl_sandbox_executions_total{status="ok",tenant="default"}',
+    )
     assert after == before
 
 
@@ -255,12 +265,12 @@ async def test_metrics_are_present_and_move(client: httpx.AsyncClient) -> None:
     await asyncio.gather(*(execute(client, code="print(1)") for _ in range(3)))
     await execute(client, code="import sys; sys.exit(1)")
     after = (await client.get("/metrics")).text
-    ok = 'rl_sandbox_executions_total{status="ok"}'
+    ok = 'rl_sandbox_executions_total{status="ok",tenant="default"}'
     assert metric(after, ok) >= metric(before, ok) + 3
-    assert metric(after, 'rl_sandbox_executions_total{status="error"}') >= 1
+    assert metric(after, 'rl_sandbox_executions_total{status="error",tenant="default"}') >= 1
     for name in ("rl_sandbox_queue_wait_seconds_count", "rl_sandbox_execution_wall_seconds_count"):
         assert metric(after, name) >= metric(before, name) + 4
-    responses = 'rl_sandbox_http_responses_total{code="200",route="/execute"}'
+    responses = 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="default"}'
     assert metric(after, responses) >= metric(before, responses) + 4
     assert metric(after, "rl_sandbox_workers_alive") == 2
     assert "rl_sandbox_queued_jobs " in after

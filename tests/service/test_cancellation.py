@@ -114,7 +114,7 @@ async def test_a_client_that_gives_up_leaves_no_backlog(
     results = [r for r in _results(redis_client, queue) if r["stdout"] != "1\n"]
     finished = [r for r in results if "finished" in r["stdout"]]
     assert finished == [], "an abandoned program ran to its end"
-    assert all(r["status"] == "killed" for r in results), results
+    assert all(r["status"] == "cancelled" for r in results), results
     started = [r for r in results if "the program was killed" in r["stderr"]]
     skipped = [r for r in results if "never ran" in r["stderr"]]
     assert len(started) + len(skipped) == len(results), results

@@ -122,12 +122,58 @@ async def test_run_output_is_cut_like_code_judges_after_the_comparison(
     assert result["success"] is True and result["stdout"] == "x" * 1000
 
 
-async def test_cpp_which_code_judge_runs_is_invalid_input_here(http: httpx.AsyncClient) -> None:
-    result = await post(http, "/run", {"type": "cpp", "solution": "int main() {}"})
-    assert (result["success"], result["run_success"], result["reason"]) == (
-        False, False, "invalid_input",
-    )  # fmt: skip
-    assert result["stdout"] is None and "supported: python" in result["stderr"]
+CPP_ECHO = "#include <iostream>\nint main() { std::string s; std::cin >> s; std::cout << s; }\n"
+
+
+@pytest.mark.parametrize("route", ["/run", "/judge"])
+@pytest.mark.parametrize(
+    ("solution", "expected", "outcome"),
+    [
+        (CPP_ECHO, "a", (True, True, "")),  # accepted
+        (CPP_ECHO, "b", (False, True, "")),  # wrong answer
+        ('#include <cstdio>\nint main(){printf("a")xx;return 0;}\n', "a", (False, False, "")),
+        ("#include <unistd.h>\nint main() { sleep(10); }\n", "a", (False, False, "worker_timeout")),
+    ],
+    ids=["accepted", "wrong-answer", "compile-error", "time-limit"],
+)
+async def test_code_judges_cpp_cases(
+    http: httpx.AsyncClient,
+    route: str,
+    solution: str,
+    expected: str,
+    outcome: tuple[bool, bool, str],
+) -> None:
+    body = {"type": "cpp", "solution": solution, "input": "a", "expected_output": expected}
+    result = await post(http, route, body)
+    assert (result["success"], result["run_success"], result["reason"]) == outcome, result
+    if route == "/run" and "xx" in solution:
+        assert (
+            result["cost"] == 0 and "error" in result["stderr"] and "main.cpp:2" in result["stderr"]
+        )
+    if route == "/run" and outcome[2] == "worker_timeout":
+        assert result["stdout"].strip() == "Suicide from timeout."
+    if route == "/judge":
+        assert "stdout" not in result
+
+
+async def test_cpp_on_execute_and_its_refusals(http: httpx.AsyncClient) -> None:
+    response = await http.post("/execute", json={"code": CPP_ECHO, "language": "cpp", "stdin": "z"})
+    result = response.json()
+    assert (result["status"], result["stdout"]) == ("ok", "z"), result
+    assert result["compile"]["status"] == "ok" and result["error"] is None
+    failed = (
+        await http.post("/execute", json={"code": "int main() { x; }", "language": "cpp"})
+    ).json()
+    assert failed["status"] == "error" and failed["compile"]["status"] == "error"
+    assert "main.cpp:1" in failed["stderr"] and failed["wall_time"] == 0
+    session = await http.post(
+        "/execute", json={"code": CPP_ECHO, "language": "cpp", "session_id": "s-cpp"}
+    )
+    assert session.status_code == 422 and ["body", "session_id"] in [
+        e["loc"] for e in session.json()["detail"]
+    ]
+    other = await http.post("/execute", json={"code": "1", "language": "rust"})
+    assert other.status_code == 422 and "supported: python, cpp" in other.text
 
 
 async def test_math_is_an_internal_error_as_in_code_judge(http: httpx.AsyncClient) -> None:
@@ -169,7 +215,7 @@ async def test_run_batch_envelope_order_and_mixed_outcomes(http: httpx.AsyncClie
         {"type": "python", "solution": "print(input())", "input": "7", "expected_output": "7"},
         {"type": "python", "solution": "print(8)", "expected_output": "9", "sub_id": "wrong"},
         {"type": "python", "solution": "raise SystemExit(2)"},
-        {"type": "cpp", "solution": "int main() {}"},
+        {"type": "cpp", "solution": "int main() { return 1; }"},
         {"type": "python", "solution": "while True: pass"},
     ]
     batch = await post(http, "/run/batch", {"type": "batch", "submissions": submissions})
@@ -180,7 +226,7 @@ async def test_run_batch_envelope_order_and_mixed_outcomes(http: httpx.AsyncClie
         (True, True, ""),
         (False, True, ""),
         (False, False, ""),
-        (False, False, "invalid_input"),
+        (False, False, ""),
         (False, False, "worker_timeout"),
     ]
     assert results[0]["stdout"] == "7\n" and results[1]["sub_id"] == "wrong"
@@ -320,10 +366,23 @@ async def test_limits_past_the_servers_are_capped_not_refused(http: httpx.AsyncC
 async def test_a_sandboxfusion_language_we_do_not_run_is_a_sandbox_error(
     http: httpx.AsyncClient,
 ) -> None:
-    body = await run_code(http, {"code": "int main() {}", "language": "cpp"})
+    body = await run_code(http, {"code": "package main", "language": "go"})
     assert list(body) == RUN_CODE_FIELDS
-    assert body["status"] == "SandboxError" and "supported: python" in body["message"]
+    assert body["status"] == "SandboxError" and "supported: python, cpp" in body["message"]
     assert body["run_result"] is None and body["compile_result"] is None
+
+
+async def test_sandboxfusion_cpp_has_its_compile_result(http: httpx.AsyncClient) -> None:
+    body = await run_code(http, {"code": CPP_ECHO, "language": "cpp", "stdin": "q"})
+    assert body["status"] == "Success" and body["run_result"]["stdout"] == "q"
+    assert list(body["compile_result"]) == COMMAND_RESULT_FIELDS
+    assert (body["compile_result"]["status"], body["compile_result"]["return_code"]) == (
+        "Finished", 0,
+    )  # fmt: skip
+    failed = await run_code(http, {"code": "int main() { y; }", "language": "cpp"})
+    assert (failed["status"], failed["run_result"]) == ("Failed", None)
+    assert failed["compile_result"]["return_code"] != 0
+    assert "main.cpp:1" in failed["compile_result"]["stderr"]
 
 
 @pytest.mark.parametrize(
@@ -411,7 +470,8 @@ async def test_overload_and_queue_deadline_in_each_peers_style(
         assert late.json()["message"].startswith("queue_timeout: ")
 
         metrics = (await client.get("/metrics")).text
-        assert 'rl_sandbox_rejected_requests_total{reason="queue_full"} 3.0' in metrics
+        rejected = 'rl_sandbox_rejected_requests_total{reason="queue_full",tenant="default"}'
+        assert f"{rejected} 3.0" in metrics
 
 
 @pytest.fixture(scope="module")
@@ -436,3 +496,21 @@ async def test_redis_down_in_each_peers_style(redisless_api: Stack) -> None:
         assert response.status_code == 200
         assert response.json()["status"] == "SandboxError"
         assert "redis" in response.json()["message"]
+
+
+@pytest.mark.parametrize("session_id", [None, "s-traceback"])
+async def test_execute_tracebacks_show_only_the_programs_frames(
+    http: httpx.AsyncClient, session_id: str | None
+) -> None:
+    body = {"code": "def f():\n    return missing\nf()", "session_id": session_id}
+    result = (await http.post("/execute", json=body)).json()
+    assert result["status"] == "error" and result["error"]["ename"] == "NameError"
+    frames = [line for line in result["error"]["traceback"] if line.startswith("  File")]
+    name = "<string>" if session_id is None else "<cell>"
+    assert frames == [
+        f'  File "{name}", line 3, in <module>\n',
+        f'  File "{name}", line 2, in f\n',
+    ]
+    assert "zygote" not in result["stderr"]
+    if session_id is not None:
+        await http.delete(f"/sessions/{session_id}")

@@ -12,8 +12,9 @@ import pytest
 import redis
 
 from sandbox_service import keys
+from sandbox_service.local.redis_server import RedisServer
 from sandbox_service.settings import Settings
-from tests.service.stack import Stack
+from tests.service.stack import Stack, spawn, stack_env, stop
 from tests.service.test_api import execute
 from tests.service.test_sessions import internal
 
@@ -138,24 +139,25 @@ async def test_bad_forks_are_refused_naming_the_field(client: httpx.AsyncClient)
 
 
 @pytest.fixture(scope="module")
-def two_keys_api(
-    stack: Stack, logs_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    """A second API process with two tenants' keys, on the shared stack's queue and workers."""
-    tenants = tmp_path_factory.mktemp("tenants") / "tenants.toml"
+def two_keys_api(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
+    """A stack of its own (the tenants an API publishes are the ones its queue's workers
+    serve) whose API has two tenants' keys; one worker, which learns them from Redis."""
+    tenants = logs_dir / "forks-tenants.toml"
     tenants.write_text(
         '[[tenant]]\nname = "alice"\nkey = "alice-key"\n\n'
         '[[tenant]]\nname = "bob"\nkey = "bob-key"\n'
     )
-    env = {**stack.env, "RL_SANDBOX_TENANTS_FILE": str(tenants)}
-    api = Stack(env, logs_dir / "two-keys.log", workers=False).start()
-    yield api
-    api.stop()
+    env = stack_env(redis_server.url, "forks-tenants", 63800, workers=1)
+    log = logs_dir / "forks-tenants.log"
+    workers = spawn(["worker"], env, log)
+    api = Stack({**env, "RL_SANDBOX_TENANTS_FILE": str(tenants)}, log, workers=False)
+    try:
+        yield api.start()
+    finally:
+        api.stop()
+        stop(workers)
 
 
-@pytest.mark.skipif(
-    "tenants_file" not in Settings.model_fields, reason="this server reads no tenants file"
-)
 async def test_another_key_can_neither_fork_nor_see_nor_end_a_session_or_its_forks(
     two_keys_api: Stack,
 ) -> None:

@@ -1,12 +1,15 @@
 """Hostile requests and programs through the HTTP API of a real stack (API, Redis, RQ workers,
-nsjail): text that cannot be encoded on every route, a fetch over the budget, forged reports,
-IPC and files across calls. After each, the service still answers the next call."""
+nsjail): text that cannot be encoded, non-finite numbers in every number field and bodies that
+are not UTF-8 on every route, a timeout under the floor, fetch lists over their bounds, a fetch
+over the budget, forged reports, IPC and files across calls. After each, the service still
+answers the next call, and every answer is JSON (no NaN)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -67,6 +70,183 @@ async def test_text_that_cannot_be_encoded_is_a_422_on_every_route(
     response = await post_raw(client, path, body)
     assert response.status_code == 422, f"{path}: {response.status_code} {response.text[:300]}"
     assert "detail" in response.json()
+    await answers_next(client)
+
+
+ROUTES: dict[str, dict[str, Any]] = {
+    "/execute": {"code": "print(1)"},
+    "/execute/batch": {"requests": [{"code": "print(1)"}]},
+    "/run": SUBMISSION,
+    "/run/batch": {"submissions": [SUBMISSION]},
+    "/run/long-batch": {"submissions": [SUBMISSION]},
+    "/judge": SUBMISSION,
+    "/judge/batch": {"submissions": [SUBMISSION]},
+    "/judge/long-batch": {"submissions": [SUBMISSION]},
+    "/run_code": {"code": "print(1)", "language": "python"},
+    "/run_jupyter": {"cells": ["print(1)"]},
+    "/verify": {"items": [{"answer": "1", "reference": "1"}]},
+}
+"""A valid body of every POST route (each list holds one item, where number fields are sought).
+A new route belongs here: test_every_post_route_is_covered fails until it is."""
+
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999"]
+"""As a client's JSON encoder may write them (Python's json.dumps writes the first three);
+1e999 is valid JSON that no double holds (it parses as Infinity)."""
+Loc = tuple[str | int, ...]
+
+
+def strict_json(text: str) -> Any:
+    """The JSON of an answer; fails on NaN or Infinity, which JSON does not have."""
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"the answer holds {token}, which is not JSON: {text[:300]}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def number_fields(schema: dict[str, Any], node: dict[str, Any], loc: Loc = ()) -> Iterator[Loc]:
+    """Where a request body of this OpenAPI schema holds numbers (list items at index 0)."""
+    if "$ref" in node:
+        node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[-1]]
+    branches = node.get("anyOf", [node])
+    if any(branch.get("type") in ("number", "integer") for branch in branches):
+        yield loc
+    for branch in branches:
+        for name, child in branch.get("properties", {}).items():
+            yield from number_fields(schema, child, (*loc, name))
+        if branch.get("type") == "array":
+            yield from number_fields(schema, branch["items"], (*loc, 0))
+
+
+def with_value(body: Any, loc: Loc, token: str) -> bytes:
+    """The JSON of `body` with the value at `loc` written as the raw `token`."""
+    body = json.loads(json.dumps(body))
+    target = body
+    for key in loc[:-1]:
+        target = target[key]
+    target[loc[-1]] = "@@token@@"
+    return json.dumps(body).replace('"@@token@@"', token).encode()
+
+
+@pytest.fixture
+async def openapi(client: httpx.AsyncClient) -> dict[str, Any]:
+    response = await client.get("/openapi.json")
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def body_schema(openapi: dict[str, Any], path: str) -> dict[str, Any]:
+    content = openapi["paths"][path]["post"]["requestBody"]["content"]
+    schema: dict[str, Any] = content["application/json"]["schema"]
+    return schema
+
+
+async def post_bytes(client: httpx.AsyncClient, path: str, content: bytes) -> httpx.Response:
+    return await client.post(path, content=content, headers={"Content-Type": "application/json"})
+
+
+def named(response: httpx.Response, loc: Loc) -> bool:
+    """The 422 names the field at `loc` (under `body`)."""
+    detail = strict_json(response.text)["detail"]
+    return any(list(error["loc"]) == ["body", *loc] for error in detail)
+
+
+async def test_every_post_route_is_covered(openapi: dict[str, Any]) -> None:
+    posts = {path for path, ops in openapi["paths"].items() if "post" in ops}
+    posts -= {path for path in posts if "{" in path}  # /sessions/{id}/...: no JSON body of numbers
+    assert posts <= set(ROUTES), f"add a valid body for {sorted(posts - set(ROUTES))} to ROUTES"
+
+
+async def test_non_finite_numbers_are_a_422_naming_the_field_on_every_route(
+    client: httpx.AsyncClient, openapi: dict[str, Any]
+) -> None:
+    tried = []
+    for path, body in ROUTES.items():
+        for loc in number_fields(openapi, body_schema(openapi, path)):
+            for token in NON_FINITE:
+                response = await post_bytes(client, path, with_value(body, loc, token))
+                assert response.status_code == 422, f"{path} {loc} {token}: {response.text[:300]}"
+                assert named(response, loc), f"{path} {loc} {token}: {response.text[:300]}"
+                tried.append((path, loc))
+    numbered = {path for path, _ in tried}
+    assert {"/execute", "/execute/batch", "/run_code", "/run_jupyter", "/verify"} <= numbered
+    await answers_next(client)
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+async def test_a_non_finite_number_where_text_goes_is_a_422(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    body = ROUTES[path]
+    text_field = next(k for k, v in body.items() if isinstance(v, str | list) and k != "language")
+    loc: Loc = (text_field,) if isinstance(body[text_field], str) else (text_field, 0)
+    for token in NON_FINITE:
+        response = await post_bytes(client, path, with_value(body, loc, token))
+        assert response.status_code == 422, f"{path} {loc} {token}: {response.text[:300]}"
+        strict_json(response.text)
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+async def test_a_body_that_is_not_utf8_is_a_4xx(client: httpx.AsyncClient, path: str) -> None:
+    body = json.dumps(ROUTES[path]).encode()
+    for content in (body.replace(b"1", b"\xff\xfe", 1), b"\xff" + body, body[:-1] + b"\xc3"):
+        response = await post_bytes(client, path, content)
+        assert 400 <= response.status_code < 500, f"{path}: {response.status_code}"
+        strict_json(response.text)
+    await answers_next(client)
+
+
+TINY_TIMEOUTS: list[tuple[str, dict[str, Any], Loc]] = [
+    ("/execute", {"code": "print(1)", "timeout": 0.0005}, ("timeout",)),
+    ("/execute", {"code": "print(1)", "timeout": 0}, ("timeout",)),
+    ("/execute/batch", {"requests": [{"code": "1"}, {"code": "1", "timeout": 1e-9}]},
+     ("requests", 1, "timeout")),
+    ("/verify", {"items": [{"answer": "1", "reference": "1"}], "timeout": 0.0005}, ("timeout",)),
+    ("/run_code", {"code": "1", "language": "python", "run_timeout": 0.0005}, ("run_timeout",)),
+    ("/run_jupyter", {"cells": ["1"], "total_timeout": 0.0005}, ("total_timeout",)),
+    ("/run_jupyter", {"cells": ["1"], "cell_timeout": 0.0005}, ("cell_timeout",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc"), TINY_TIMEOUTS, ids=[p for p, _, _ in TINY_TIMEOUTS]
+)
+async def test_a_timeout_under_the_floor_is_a_422_naming_it(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], loc: Loc
+) -> None:
+    response = await client.post(path, json=body)
+    assert response.status_code == 422 and named(response, loc), response.text[:300]
+
+
+def _paths(count: int, size: int) -> list[str]:
+    return [f"{i:05d}" + "é" * ((size - 5) // 2) for i in range(count)]
+
+
+OVERSIZED: list[tuple[str, dict[str, Any], Loc]] = [
+    ("/execute", {"code": "1", "fetch_files": _paths(65, 20)}, ("fetch_files",)),
+    ("/execute", {"code": "1", "fetch_files": _paths(1, 1200)}, ("fetch_files",)),
+    ("/execute", {"code": "1", "fetch_files": ["a/" * 600 + "a"]}, ("fetch_files",)),
+    ("/execute", {"code": "1", "fetch_files": _paths(3000, 200)}, ("fetch_files",)),
+    ("/execute", {"code": "1", "files": {p: B64 for p in _paths(2, 1200)}}, ("files",)),
+    ("/execute/batch", {"requests": [{"code": "1"}, {"code": "1", "fetch_files": _paths(65, 9)}]},
+     ("requests", 1, "fetch_files")),
+    ("/run_code", {"code": "1", "language": "python", "fetch_files": _paths(65, 9)},
+     ("fetch_files",)),
+    ("/run_code", {"code": "1", "language": "python", "fetch_files": ["/tmp/" + "é" * 600]},
+     ("fetch_files",)),
+    ("/run_jupyter", {"cells": ["1"], "fetch_files": _paths(65, 9)}, ("fetch_files",)),
+    ("/verify", {"items": [{"answer": "1" * 70000, "reference": "1"}]},
+     ("items", 0, "answer")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body", "loc"), OVERSIZED, ids=[p for p, *_ in OVERSIZED])
+async def test_fetch_lists_and_paths_over_their_bounds_are_a_422_naming_the_field(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], loc: Loc
+) -> None:
+    response = await client.post(path, json=body)
+    assert response.status_code == 422 and named(response, loc), response.text[:300]
+    assert len(response.content) < 16384, len(response.content)  # nothing echoed in full
     await answers_next(client)
 
 

@@ -87,14 +87,14 @@ def test_jobs_run_started_by_the_worker_and_leave_only_their_results(
         assert redis_client.get(keys.result(queue_name, execution_id)) is not None
 
 
-def test_a_job_cancelled_before_its_start_is_answered_killed_without_running(
+def test_a_job_cancelled_before_its_start_is_answered_cancelled_without_running(
     redis_client: redis.Redis, queue_name: str
 ) -> None:
     (execution_id,) = _enqueue(redis_client, queue_name, 1)
     redis_client.set(keys.cancelled(queue_name, execution_id), 1, ex=60)
     handler, _ = _work(redis_client, queue_name, 1)
     assert handler.runs == []
-    assert _notices(redis_client)[execution_id]["status"] == "killed"
+    assert _notices(redis_client)[execution_id]["status"] == "cancelled"
 
 
 def test_a_job_whose_hash_vanished_is_skipped_and_not_recreated(

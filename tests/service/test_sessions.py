@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -137,6 +138,24 @@ async def test_timeout_or_crash_restarts_the_interpreter_with_a_clear_status(
     assert (again["stdout"], again["restored"]) == ("30\n", True)
     steady = await cell(client, sid, "counter")
     assert (steady["stdout"], steady["restored"]) == ("15\n", False)
+
+
+async def test_a_replay_its_own_cell_breaks_is_the_sessions_error_not_ours(
+    client: httpx.AsyncClient,
+) -> None:
+    # A recorded cell that behaves otherwise when replayed (here: after a deadline) ends the
+    # rebuilt interpreter: the session's own doing, so `error` with restored, never a
+    # sandbox_error that a trainer would retry.
+    sid = new_session()
+    deadline = time.time() + 1.0
+    recorded = f"import os, time\nif time.time() > {deadline}:\n    os._exit(3)\nx = 1"
+    assert (await cell(client, sid, recorded))["status"] == "ok"
+    crash = await cell(client, sid, "import os\nos._exit(4)")
+    assert crash["status"] == "error"
+    await asyncio.sleep(max(0.0, deadline - time.time()) + 0.2)
+    back = await cell(client, sid, "print(x)")
+    assert (back["status"], back["restored"]) == ("error", True), back
+    assert "replayed" in str(back["stderr"])
 
 
 # --- a stack with one live session per worker, whose worker deaths are noticed quickly ----------

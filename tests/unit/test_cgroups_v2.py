@@ -154,17 +154,23 @@ def test_v2_cpu_limit_without_the_cpu_controller_says_so(tmp_path: Path) -> None
 def test_v2_limits_and_oom_detection(tmp_path: Path) -> None:
     parent = make_tree(tmp_path, "cpu memory pids")
     slot = parent / "slot0-1"
-    fake_kernel_files(slot, current=10 * MIB, oom_kills=0)
+    run = slot / "run"
+    fake_kernel_files(slot, current=0, oom_kills=0)
+    fake_kernel_files(run, current=10 * MIB, oom_kills=0)
     cgroups = SlotCgroups("rl-sandbox", "slot0-1", root=tmp_path)
     cgroups.create()
-    assert (slot / "memory.swap.max").read_text() == "0"
+    # The slot holds no process: its controllers are for its two children (v2's rule).
+    assert (slot / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (run / "memory.swap.max").read_text() == "0"
     cgroups.add_process(4242)
-    assert (slot / "cgroup.procs").read_text() == "4242"
+    assert (slot / "zygote" / "cgroup.procs").read_text() == "4242"
+    assert (run / "cgroup.procs").read_text() == ""  # the zygote is outside the run's limits
+    assert cgroups.run_dirs == [run]
     cgroups.prepare_execution(memory_mb=256, max_processes=32)
-    assert int((slot / "memory.max").read_text()) == 10 * MIB + 256 * MIB
-    assert (slot / "pids.max").read_text() == "33"
+    assert int((run / "memory.max").read_text()) == 10 * MIB + 256 * MIB
+    assert (run / "pids.max").read_text() == "32"
     assert cgroups.usage().oom_killed is False
-    fake_kernel_files(slot, current=12 * MIB, oom_kills=1)
+    fake_kernel_files(run, current=12 * MIB, oom_kills=1)
     usage = cgroups.usage()
     assert usage.oom_killed is True
     assert usage.peak_memory_mb is None  # no memory.peak in this tree: not reported
@@ -172,11 +178,12 @@ def test_v2_limits_and_oom_detection(tmp_path: Path) -> None:
 
 def test_v2_session_limit_covers_the_whole_life(tmp_path: Path) -> None:
     parent = make_tree(tmp_path, "memory pids")
-    slot = parent / "sess-1"
-    fake_kernel_files(slot, current=50 * MIB, oom_kills=0)
+    run = parent / "sess-1" / "run"
+    fake_kernel_files(parent / "sess-1", current=0, oom_kills=0)
+    fake_kernel_files(run, current=50 * MIB, oom_kills=0)
     cgroups = SlotCgroups("rl-sandbox", "sess-1", whole_life=True, root=tmp_path)
     cgroups.create()
     cgroups.add_process(1)
-    fake_kernel_files(slot, current=300 * MIB, oom_kills=0)  # the session grew
+    fake_kernel_files(run, current=300 * MIB, oom_kills=0)  # the session grew
     cgroups.prepare_execution(memory_mb=512, max_processes=8)
-    assert int((slot / "memory.max").read_text()) == 50 * MIB + 512 * MIB
+    assert int((run / "memory.max").read_text()) == 50 * MIB + 512 * MIB

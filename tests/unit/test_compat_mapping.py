@@ -87,14 +87,28 @@ def test_a_missing_sub_id_becomes_a_uuid(given: str | None) -> None:
     assert sub_id_of("mine") == "mine"
 
 
-def test_cpp_does_not_run_here_and_is_invalid_input() -> None:
+def test_cpp_runs_as_a_cpp_request_with_code_judges_limits() -> None:
     outcome = plan(
-        Submission.model_validate({"type": "cpp", "solution": "x", "sub_id": "c"}), SETTINGS
+        Submission.model_validate({"type": "cpp", "solution": "int main(){}", "sub_id": "c"}),
+        SETTINGS,
     )
-    assert outcome == SubmissionResult(
-        sub_id="c", success=False, run_success=False, cost=0.0, stdout=None,
-        stderr="type 'cpp' is not supported by this server; supported: python",
-        reason="invalid_input",
+    assert isinstance(outcome, Planned)
+    assert (outcome.request.language, outcome.request.code) == ("cpp", "int main(){}")
+    assert (outcome.request.timeout, outcome.request.memory_mb) == (4, 384)
+
+
+def test_a_compile_error_is_a_failed_run_with_the_compilers_messages_and_no_reason() -> None:
+    planned = Planned("c", ExecuteRequest(code="x", language="cpp", timeout=4), None)
+    compiled = {
+        "status": "error",
+        "exit_code": 1,
+        "stderr": "main.cpp:1: error: x",
+        "wall_time": 0.8,
+    }
+    failed = result("error", exit_code=1, stderr="main.cpp:1: error: x", compile=compiled)
+    assert to_submission_result(planned, failed) == SubmissionResult(
+        sub_id="c", success=False, run_success=False, cost=0.0, stdout="",
+        stderr="main.cpp:1: error: x", reason="",
     )  # fmt: skip
 
 
@@ -260,8 +274,9 @@ def test_invalid_bodies_name_sandboxfusions_field(body: dict[str, object], loc: 
 
 
 def test_other_sandboxfusion_languages_are_unsupported_unknown_ones_invalid() -> None:
-    with pytest.raises(Unsupported, match="supported: python"):
-        to_execute_request(sf_request(language="cpp"), SETTINGS)
+    with pytest.raises(Unsupported, match="supported: python, cpp"):
+        to_execute_request(sf_request(language="go"), SETTINGS)
+    assert to_execute_request(sf_request(language="cpp"), SETTINGS).language == "cpp"
     with pytest.raises(ValidationError) as info:
         sf_request(language="klingon")
     assert info.value.errors()[0]["loc"] == ("language",)
@@ -295,6 +310,27 @@ def test_run_code_response_per_status(
         "stdout": "o", "stderr": "e",
     }  # fmt: skip
     assert response.files == {"f": "AA=="} and response.executor_pod_name is None
+
+
+def test_a_cpp_compile_step_is_the_compile_result_and_a_failed_one_has_no_run() -> None:
+    compiled = {"status": "ok", "exit_code": 0, "stderr": "", "wall_time": 0.9}
+    ran = to_run_code_response(result("ok", exit_code=0, stdout="a", compile=compiled))
+    assert ran.status == "Success" and ran.run_result is not None
+    assert ran.compile_result is not None
+    assert (ran.compile_result.status, ran.compile_result.return_code) == ("Finished", 0)
+    assert ran.compile_result.execution_time == 0.9
+    refused = {"status": "error", "exit_code": 1, "stderr": "main.cpp:1: error", "wall_time": 0.5}
+    failed = to_run_code_response(result("error", exit_code=1, compile=refused))
+    assert (failed.status, failed.run_result) == ("Failed", None)
+    assert failed.compile_result is not None
+    assert failed.compile_result.model_dump() == {
+        "status": "Finished", "execution_time": 0.5, "return_code": 1, "stdout": "",
+        "stderr": "main.cpp:1: error",
+    }  # fmt: skip
+    slow = {"status": "timeout", "wall_time": 10.0}
+    timed_out = to_run_code_response(result("error", compile=slow))
+    assert timed_out.status == "Failed" and timed_out.compile_result is not None
+    assert timed_out.compile_result.status == "TimeLimitExceeded"
 
 
 def test_service_failures_are_sandbox_errors() -> None:

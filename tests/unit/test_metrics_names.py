@@ -26,9 +26,9 @@ STATS = WorkerStats(
 
 def _exposition() -> str:
     metrics = Metrics()
-    metrics.observe_result({"status": "ok", "queue_time": 0.01, "wall_time": 0.002})  # type: ignore[typeddict-item]
-    metrics.http_responses.labels("/execute", "200").inc()
-    metrics.rejected.labels("queue_full").inc()
+    metrics.observe_result({"status": "ok", "queue_time": 0.01, "wall_time": 0.002}, "default")  # type: ignore[typeddict-item]
+    metrics.http_responses.labels("/execute", "200", "default").inc()
+    metrics.rejected.labels("queue_full", "default").inc()
     metrics.request_duration.labels("/execute").observe(0.01)
     metrics.scraped.lost_job_retries = 2
     metrics.scraped.workers = {"host:0:10": STATS, "host:1:11": WorkerStats(started_at=1.0)}

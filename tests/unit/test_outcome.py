@@ -10,6 +10,8 @@ from sandbox_service.execution import Status
 from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.outcome import RawOutcome, classify
 
+MEM = Status.MEMORY_LIMIT
+
 
 @pytest.mark.parametrize(
     ("raw", "status"),
@@ -20,11 +22,16 @@ from sandbox_service.jail.outcome import RawOutcome, classify
         (RawOutcome(None, signal.SIGKILL, False, True), Status.MEMORY_LIMIT),
         (RawOutcome(1, None, False, True), Status.MEMORY_LIMIT),
         (RawOutcome(0, None, False, True), Status.OK),
-        (RawOutcome(None, signal.SIGXCPU, False, False), Status.TIMEOUT),
+        (RawOutcome(None, signal.SIGXCPU, False, False, "", True), Status.TIMEOUT),
+        # A SIGXCPU the program sent itself, below its CPU limit.
+        (RawOutcome(None, signal.SIGXCPU, False, False, "", False), Status.KILLED),
         (RawOutcome(None, signal.SIGSYS, False, False), Status.KILLED),
         (RawOutcome(None, signal.SIGSEGV, False, False), Status.KILLED),
-        (RawOutcome(1, None, False, False, "Traceback...\nMemoryError\n"), Status.MEMORY_LIMIT),
-        (RawOutcome(1, None, False, False, "MemoryError: big\n\n"), Status.MEMORY_LIMIT),
+        (RawOutcome(1, None, False, False, "Traceback...\nMemoryError\n", False, 256, 256), MEM),
+        (RawOutcome(1, None, False, False, "MemoryError: big\n\n", False, 255.5, 256), MEM),
+        # A MemoryError printed or raised far below the limit, or with no peak to tell: error.
+        (RawOutcome(1, None, False, False, "MemoryError\n", False, 12.0, 256), Status.ERROR),
+        (RawOutcome(1, None, False, False, "MemoryError\n", False, None, 256), Status.ERROR),
         (RawOutcome(1, None, False, False, "print('MemoryError')\nValueError"), Status.ERROR),
         (RawOutcome(None, signal.SIGKILL, True, True), Status.TIMEOUT),
     ],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 
-from sandbox_service.execution import ExecutionResult, Status
+from sandbox_service.execution import CompileOutcome, ExecutionResult, Status
 from sandbox_service.jobs import INTERNAL_FIELDS, WIRE_NAMES, result_to_wire
 from trainer_client.wire import ExecuteResult
 
@@ -49,3 +49,12 @@ def test_statuses_are_an_enum_in_the_openapi_schema() -> None:
     status = schema["properties"]["status"]
     ref = status["$ref"].rsplit("/", 1)[-1]
     assert schema["$defs"][ref]["enum"] == [s.value for s in Status]
+
+
+def test_a_compile_step_round_trips_through_the_wire_model() -> None:
+    step = CompileOutcome(Status.ERROR, exit_code=1, stderr="main.cpp:1: error", wall_time=0.5)
+    wire = result_to_wire(ExecutionResult(Status.ERROR, exit_code=1, compile=step), "e")
+    model = ExecuteResult.model_validate(wire)
+    assert model.model_dump(mode="json") == wire
+    assert model.compile is not None and model.compile.status is Status.ERROR
+    assert (model.compile.stderr, model.compile.cached) == ("main.cpp:1: error", False)

@@ -24,14 +24,15 @@ def test_client_defaults_match_the_server_defaults() -> None:
 
 @given(
     timeout_s=st.floats(min_value=0.01, max_value=SETTINGS.max_timeout),
-    session=st.booleans(),
+    kind=st.sampled_from(["program", "session", "cpp"]),
 )
 def test_the_client_outwaits_the_server_for_every_admissible_call(
-    timeout_s: float, session: bool
+    timeout_s: float, kind: str
 ) -> None:
-    session_id = "s-1" if session else None
-    payload = JobPayload(code="x", timeout_s=timeout_s, session_id=session_id)
-    request = ExecuteRequest(code="x", timeout=timeout_s, session_id=session_id)
+    session_id = "s-1" if kind == "session" else None
+    language = "cpp" if kind == "cpp" else "python"
+    payload = JobPayload(code="x", timeout_s=timeout_s, session_id=session_id, language=language)
+    request = ExecuteRequest(code="x", timeout=timeout_s, session_id=session_id, language=language)
     program_s = payload.budget_timeout_s(SETTINGS.max_timeout)
     job_s = payload.worker_budget_s(SETTINGS)
     api_s = payload.api_wait_s(SETTINGS)
@@ -49,4 +50,6 @@ def test_a_short_session_cell_gets_the_long_read_timeout() -> None:
 def test_a_queue_deadline_the_api_would_outwait_clients_by_is_refused() -> None:
     with pytest.raises(ValidationError, match="client_response_margin_s"):
         Settings(queue_deadline_s=200.0)
+    with pytest.raises(ValidationError, match="a C\\+\\+ compile"):
+        Settings(cpp_compile_timeout_s=100.0)
     assert Settings(queue_deadline_s=200.0, client_response_margin_s=300.0).queue_deadline_s == 200

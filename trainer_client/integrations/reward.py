@@ -1,9 +1,15 @@
 """Rewards graded by the service (POST /verify) in the shapes trainers call them.
 
 - verl's `custom_reward_function`: `compute_score` (one sample, async: verl's reward loop runs
-  many at once, and they are coalesced here into few POSTs) and `compute_score_batch` (verl's
-  `batch` reward manager: the whole batch, sync, one call).
-- Any trainer: `grade_responses` / `grade_responses_sync` (TRL's reward_funcs use them).
+  a batch's samples at once through its reward manager, and they are coalesced here into few
+  POSTs). verl's reward loop has no `batch` reward manager any more (0.9: naive, dapo, remote,
+  gdpo, each calling one sample at a time), so this is the batched path there.
+- `compute_score_batch`: the whole batch, sync, one call; for a caller with a batch in hand
+  (a script, or an older verl whose legacy `batch` reward manager calls it).
+- Any trainer: `grade_responses` / `grade_responses_sync`.
+- TRL's reward_funcs: `grade_or_none`, None for a sample that has no reward (TRL's documented
+  "not applicable" value): its answer could not be judged, or a tool call of its rollout met an
+  infrastructure status (`met_infrastructure` reads that from the rollout's tool responses).
 
 A response scores 1.0 when the content of its last `\\boxed{}` equals the reference, 0.0 when it
 is judged not to (or has no boxed answer). An answer the service could not judge after the
@@ -55,6 +61,29 @@ def score_of(result: VerifyResult | None) -> float:
     return 1.0 if result.correct else 0.0
 
 
+INFRASTRUCTURE_REASONS = frozenset(
+    {"queue_timeout", "sandbox_error", "cancelled", "deadline_exceeded", "internal_error"}
+)
+"""The `reason:` of a tool response (format_tool_response, either style) that says the service,
+not the program, failed: our infrastructure statuses, and code-judge's internal_error, the word
+the rstar2 style uses for sandbox_error, cancelled and deadline_exceeded."""
+
+
+def is_infrastructure_response(tool_response: str) -> bool:
+    """Whether a tool response (as format_tool_response wrote it) reports an infrastructure
+    status. Only its first two lines are read: the program's output comes after them, so a
+    program cannot make its own call look like the service's failure."""
+    head = tool_response.split("\n", 2)
+    if len(head) < 2 or head[0] != "Tool call failure" or not head[1].startswith("reason: "):
+        return False
+    return head[1].removeprefix("reason: ").strip() in INFRASTRUCTURE_REASONS
+
+
+def met_infrastructure(tool_responses: Sequence[str]) -> bool:
+    """Whether any tool call of a rollout met an infrastructure status."""
+    return any(is_infrastructure_response(text) for text in tool_responses)
+
+
 def _items(responses: Sequence[str], references: Sequence[Any]) -> list[VerifyItem | None]:
     if len(responses) != len(references):
         raise ValueError(f"{len(responses)} responses but {len(references)} references")
@@ -82,6 +111,34 @@ async def grade_responses(
     asked = [i for i in items if i is not None]
     verdicts = await _clients(address).get().verify(asked, timeout=timeout_s) if asked else []
     return _scores(items, verdicts)
+
+
+async def grade_or_none(
+    responses: Sequence[str],
+    references: Sequence[Any],
+    *,
+    address: ServiceAddress,
+    infrastructure: Sequence[bool] | None = None,
+    timeout_s: float = 5.0,
+) -> list[float | None]:
+    """grade_responses, with None (no reward) for samples the service could not judge and for
+    those whose rollout met an infrastructure status (`infrastructure[i]`, not graded at all)."""
+    masked = list(infrastructure) if infrastructure is not None else [False] * len(responses)
+    if len(masked) != len(responses):
+        raise ValueError(f"{len(responses)} responses but {len(masked)} infrastructure flags")
+    items = [
+        None if m else item for m, item in zip(masked, _items(responses, references), strict=True)
+    ]
+    asked = [i for i in items if i is not None]
+    verdicts = iter(await _clients(address).get().verify(asked, timeout=timeout_s) if asked else [])
+    scores: list[float | None] = []
+    for is_masked, item in zip(masked, items, strict=True):
+        verdict = None if item is None else next(verdicts)
+        if is_masked or (verdict is not None and not verdict.judged):
+            scores.append(None)
+        else:
+            scores.append(score_of(verdict))
+    return scores
 
 
 def grade_responses_sync(
@@ -200,7 +257,7 @@ def compute_score_batch(
     verify_timeout_s: float = 5.0,
     **_: Any,
 ) -> list[float]:
-    """verl's custom reward function for its `batch` reward manager: every sample, one call."""
+    """Every sample, one call (sync); the signature of verl's legacy `batch` reward manager."""
     return grade_responses_sync(
         solution_strs,
         ground_truths,

@@ -7,17 +7,27 @@ interpreter, `jupyter_code` by default). This module imports verl; the rest of t
 does not.
 
 verl's ToolAgentLoop calls `create`, `execute` and `release` around every single call, and has
-no hook at a trajectory's end. So a session tool's instance owns its session (`release` ends
-it: DELETE /sessions/{id}), unless the call runs inside a trajectory scope, which
-`SandboxToolAgentLoop` (agent name `rl_sandbox_tool_agent`) opens around each trajectory: then
-every call of the trajectory is a cell of the trajectory's session, and the scope's end ends it.
+no hook at a trajectory's end. So a session tool keeps one session per trajectory in two ways:
+
+- inside a trajectory scope, which `SandboxToolAgentLoop` (agent name `rl_sandbox_tool_agent`)
+  opens around each trajectory: every call of the trajectory is a cell of the trajectory's
+  session, and the scope's end ends it (DELETE /sessions/{id}) at once;
+- under verl's plain `tool_agent`, by the `agent_data` verl hands `execute` (one per
+  trajectory): the session is the trajectory's, and it ends when verl lets go of that
+  trajectory's data (its last reference dropped, when `run` returns), else by the server's
+  idle TTL.
+
+An instance created and executed by hand, without either (`create`, `execute`..., `release`),
+owns its session, which `release` ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,13 +144,56 @@ class SandboxCodeTool(BaseTool):  # type: ignore[misc]  # verl is untyped
         await self._clients.aclose()
 
 
+_AGENT_DATA_SESSIONS = "_rl_sandbox_sessions"
+"""Attribute of verl's AgentData holding {tool name: session id} of its trajectory."""
+
+
 class SandboxSessionTool(SandboxCodeTool):
     """Calls are cells of one interpreter: the instance's, or its trajectory's (see module)."""
 
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None):
         self._instances: dict[str, tuple[str, bool]] = {}
         """instance id -> (its session id, whether the instance owns it)."""
+        self._ending: set[asyncio.Task[bool]] = set()
         super().__init__(config, tool_schema)
+
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict[str, Any]]:
+        """Run a cell; under verl's plain tool_agent, in the session of the call's trajectory."""
+        agent_data = kwargs.get("agent_data")
+        _, owned = self._instances.get(instance_id, (None, False))
+        if owned and agent_data is not None:
+            self._instances[instance_id] = (self._trajectory_session(agent_data), False)
+        return await super().execute(instance_id, parameters, **kwargs)
+
+    def _trajectory_session(self, agent_data: Any) -> str:
+        """The session of the trajectory whose verl AgentData this is; ended when it is freed."""
+        sessions: dict[str, str] | None = getattr(agent_data, _AGENT_DATA_SESSIONS, None)
+        if sessions is None:
+            sessions = {}
+            setattr(agent_data, _AGENT_DATA_SESSIONS, sessions)
+        if self.name not in sessions:
+            session_id = f"verl-{uuid.uuid4().hex}-{self.name}"
+            sessions[self.name] = session_id
+            weakref.finalize(agent_data, self._end_later, asyncio.get_running_loop(), session_id)
+        return sessions[self.name]
+
+    def _end_later(self, loop: asyncio.AbstractEventLoop, session_id: str) -> None:
+        # A finalizer: it may run in any thread, and must not raise.
+        def start() -> None:
+            task = asyncio.ensure_future(self.end_session(session_id))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the idle TTL ends it
+            loop.call_soon_threadsafe(start)
+
+    async def wait_ended(self) -> None:
+        """Let the ends of freed trajectories' sessions finish (before closing the client)."""
+        await asyncio.sleep(0)  # the ends a finalizer has just scheduled start
+        while self._ending:
+            await asyncio.gather(*self._ending, return_exceptions=True)
 
     def default_schema(self) -> dict[str, Any]:
         return jupyter_tool_schema()

@@ -13,8 +13,12 @@ and an ExecuteResult becomes a SubmissionResult:
     timeout         false        false                           worker_timeout  + TIMEOUT_MARK
     queue_timeout   false        false                           queue_timeout   null
     sandbox_error   false        false                           internal_error  null
+    cancelled       false        false                           internal_error  null
+    deadline_exc.   false        false                           internal_error  null
     type `math`     false        false                           internal_error  null
     (cannot run)    false        false                           invalid_input   stderr says why
+    cpp, compile    false        false                           ""              stderr: g++'s
+    error                                                                        messages, cost 0
 
 `success` compares stripped stdout with stripped `expected_output` when one is given, as
 code-judge does. Output is cut to code-judge's MAX_STDOUT_ERROR_LENGTH after the comparison, so
@@ -30,7 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sandbox_service.api.validation import check_request
 from sandbox_service.execution import Status
@@ -40,8 +44,8 @@ from trainer_client.wire import ExecuteRequest, ExecuteResult, validate_text
 MAX_OUTPUT_CHARS = 1000
 """code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""
 
-RUNNABLE_TYPES = ("python",)
-"""Submission types this server runs; `cpp` gets `invalid_input`."""
+RUNNABLE_TYPES = ("python", "cpp")
+"""Submission types this server runs (`cpp`: g++ -O2 in the jail, as code-judge compiles)."""
 
 FAILING_TYPES = ("math",)
 """Types code-judge's schema accepts but its workers fail on (`internal_error`, cost 0)."""
@@ -58,6 +62,8 @@ Reason = Literal["", "worker_timeout", "queue_timeout", "internal_error", "inval
 
 class Submission(BaseModel):
     """One program (code-judge's `Submission`); `input` is its stdin."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # unknown fields ignored, as in code-judge
 
     sub_id: str | None = None
     type: Literal["python", "cpp", "math"]
@@ -104,6 +110,8 @@ class JudgeResult(BaseModel):
 
 class BatchSubmission(BaseModel):
     """Several submissions (code-judge's `BatchSubmission`)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     sub_id: str | None = None
     type: Literal["batch"] = "batch"
@@ -159,6 +167,7 @@ def plan(submission: Submission, settings: Settings) -> Planned | SubmissionResu
     try:
         request = ExecuteRequest(
             code=submission.solution,
+            language=submission.type,
             stdin=submission.input or "",
             timeout=min(settings.codejudge_timeout_s, settings.max_timeout),
             memory_mb=min(settings.codejudge_memory_mb, settings.max_memory_mb),
@@ -194,7 +203,7 @@ def to_submission_result(planned: Planned, result: ExecuteResult) -> SubmissionR
     status = Status(result.status)
     if status is Status.QUEUE_TIMEOUT:
         return not_run(planned.sub_id, "queue_timeout", result.queue_time)
-    if status is Status.SANDBOX_ERROR:
+    if status in (Status.SANDBOX_ERROR, Status.CANCELLED, Status.DEADLINE_EXCEEDED):
         return not_run(planned.sub_id, "internal_error", result.wall_time)
     timed_out = status is Status.TIMEOUT or result.wall_time >= planned.request.timeout
     stdout = result.stdout + TIMEOUT_MARK if timed_out else result.stdout

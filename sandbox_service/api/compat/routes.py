@@ -66,7 +66,8 @@ from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import ResultDict
 from sandbox_service.settings import Settings
-from trainer_client.wire import ExecuteRequest, ExecuteResult
+from sandbox_service.tenancy import scoped, tenant_var
+from trainer_client.wire import MIN_TIMEOUT_S, ExecuteRequest, ExecuteResult
 
 RunRequests = Callable[[list[ExecuteRequest], str], Awaitable[list[ResultDict]]]
 """The API's execution path: admit the requests whole or not at all, await their results."""
@@ -80,6 +81,8 @@ class ServiceState(Protocol):
     async def live_workers(self) -> int: ...
 
     async def end_session(self, session_id: str, request_id: str = "") -> bool: ...
+
+    async def session_ended(self, session_id: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +103,13 @@ async def run_or_refuse(
         results = await run(requests, route)
     except Overloaded as exc:
         kind: Literal["queue_full", "unavailable"] = "queue_full"
-        message = str(exc)
+        message, reason = str(exc), exc.reason
     except Unavailable as exc:
         kind, message = "unavailable", str(exc)
+        reason = kind
     else:
         return [ExecuteResult.model_validate(result) for result in results]
-    metrics.rejected.labels(kind).inc()
+    metrics.rejected.labels(reason, tenant_var.get().name).inc()
     return Refusal(kind, message, time.monotonic() - started)
 
 
@@ -125,6 +129,11 @@ def codejudge_router(
     async def judge(submissions: Sequence[Submission], route: str) -> list[SubmissionResult]:
         # code-judge takes batches of any length: past max_batch, chunks are admitted one by one,
         # and a chunk refused for a full queue comes back `queue_timeout`, to be resubmitted.
+        # Past max_submissions (tens of thousands) the batch is refused whole with a 422.
+        if len(submissions) > settings.max_submissions:
+            message = f"{len(submissions)} submissions; at most {settings.max_submissions}"
+            problem = {"type": "too_long", "loc": ["body", "submissions"], "msg": message}
+            raise RequestValidationError([{**problem, "input": None}])
         plans = [plan(submission, settings) for submission in submissions]
         runnable = [p for p in plans if isinstance(p, Planned)]
         size = settings.max_batch
@@ -229,7 +238,7 @@ def sandboxfusion_router(
             for index in range(len(body.cells)):
                 elapsed = time.monotonic() - started
                 timeout_s = cell_timeout_s(body, elapsed, settings)
-                if timeout_s <= 0:
+                if timeout_s < MIN_TIMEOUT_S:
                     return _json(jupyter_out_of_time(elapsed))
                 request = cell_request(body, index, timeout_s, session_id, settings)
                 outcome = await run_or_refuse(run, [request], "/run_jupyter", metrics)
@@ -250,8 +259,10 @@ def sandboxfusion_router(
 
 
 async def _end_quietly(state: ServiceState, session_id: str) -> None:
+    internal = scoped(tenant_var.get(), session_id)  # the cells' session (context.to_payload)
     with contextlib.suppress(Overloaded, Unavailable, RedisError, OSError):
-        await state.end_session(session_id)
+        await state.end_session(internal)
+        await state.session_ended(internal)
 
 
 def _json(model: BaseModel, headers: dict[str, str] | None = None) -> Response:

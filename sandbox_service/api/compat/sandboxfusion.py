@@ -2,7 +2,7 @@
 
 Models follow SandboxFusion's `RunCodeRequest`, `RunCodeResponse` and `CommandRunResult` field for
 field (casing included: `memory_limit_MB`); like SandboxFusion they ignore unknown fields, and a
-`language` outside its 29 names is a 422. Only `python` runs here; the other names are answered
+`language` outside its 29 names is a 422. `python` and `cpp` run here; the other names are answered
 `SandboxError` with a message, which is what SandboxFusion answers for a language it has no runner
 for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_status` would:
 
@@ -14,9 +14,14 @@ for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_
     timeout         Failed        TimeLimitExceeded   null               ""
     sandbox_error   SandboxError  Error               null               why
     queue_timeout   SandboxError  (run_result null)   -                  why; the code never ran
+    cancelled       SandboxError  (run_result null)   -                  why (cancelled: ...)
+    deadline_exc.   SandboxError  (run_result null)   -                  why (deadline_...)
 
 A negative return code for a signal is what SandboxFusion's asyncio subprocess reports. Python has
-no compile step, so `compile_result` is always null and `compile_timeout` is unused.
+no compile step, so its `compile_result` is null. A `cpp` program's compile step is the
+`compile_result` (Finished with g++'s return code and messages, or TimeLimitExceeded); one that
+did not compile is Failed with no `run_result`, as SandboxFusion answers. The compile limit is
+the server's `cpp_compile_timeout_s`, not the request's `compile_timeout`.
 """
 
 from __future__ import annotations
@@ -24,12 +29,18 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandbox_service.api.validation import Problem, check_request
 from sandbox_service.execution import Status
 from sandbox_service.settings import Settings
-from trainer_client.wire import ABSOLUTE_PATHS, ExecuteRequest, ExecuteResult
+from trainer_client.wire import (
+    ABSOLUTE_PATHS,
+    INFRASTRUCTURE_STATUSES,
+    MIN_TIMEOUT_S,
+    ExecuteRequest,
+    ExecuteResult,
+)
 
 Language = Literal[
     "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
@@ -38,11 +49,15 @@ Language = Literal[
 ]  # fmt: skip
 """SandboxFusion's languages; any other value is a 422, as there."""
 
-RUNNABLE_LANGUAGES = ("python",)
+RUNNABLE_LANGUAGES = ("python", "cpp")
 """Languages this server runs; SandboxFusion accepts no alias for them."""
 
 SKIPPED_FILE_MARK = "IGNORE_THIS_FILE"
 """SandboxFusion does not write input files whose path contains this."""
+
+FINITE = ConfigDict(allow_inf_nan=False)
+"""Unknown fields ignored, as SandboxFusion does; NaN and Infinity (or 1e999) refused in every
+number: no limit of SandboxFusion's means anything with them, and JSON (RFC 8259) has none."""
 
 RunStatus = Literal["Success", "Failed", "SandboxError"]
 CommandRunStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
@@ -51,8 +66,9 @@ CommandRunStatus = Literal["Finished", "Error", "TimeLimitExceeded"]
 class RunCodeRequest(BaseModel):
     """One program to run (SandboxFusion's `RunCodeRequest`)."""
 
+    model_config = FINITE
     compile_timeout: float = 10
-    """Seconds; unused for python, which has no compile step."""
+    """Seconds; accepted and unused: a `cpp` compile has the server's cpp_compile_timeout_s."""
     run_timeout: float = 10
     """Wall-clock limit in seconds; capped at the server's max_timeout."""
     memory_limit_MB: int = -1
@@ -99,10 +115,9 @@ def to_execute_request(request: RunCodeRequest, settings: Settings) -> ExecuteRe
             f"language {request.language!r} is not supported by this server; "
             f"supported: {', '.join(RUNNABLE_LANGUAGES)}"
         )
-    if request.run_timeout <= 0:
-        raise InvalidRequest(
-            [_problem("run_timeout", "run_timeout must be greater than 0", request.run_timeout)]
-        )
+    if request.run_timeout < MIN_TIMEOUT_S:
+        message = f"run_timeout must be at least {MIN_TIMEOUT_S}"
+        raise InvalidRequest([_problem("run_timeout", message, request.run_timeout)])
     files = {
         path: content
         for path, content in request.files.items()
@@ -110,6 +125,7 @@ def to_execute_request(request: RunCodeRequest, settings: Settings) -> ExecuteRe
     }
     execute = jail_request(
         code=request.code,
+        language=request.language,
         stdin=request.stdin or "",
         timeout=min(request.run_timeout, settings.max_timeout),
         memory_mb=memory_mb_of(request.memory_limit_MB, settings),
@@ -161,9 +177,14 @@ def to_run_code_response(result: ExecuteResult) -> RunCodeResponse:
     status = Status(result.status)
     if status is Status.QUEUE_TIMEOUT:
         return sandbox_error(f"queue_timeout: {result.stderr}; the code never ran, safe to retry")
+    if status in (Status.CANCELLED, Status.DEADLINE_EXCEEDED):
+        return sandbox_error(f"{status}: {result.stderr.strip()}")
     if status is Status.SANDBOX_ERROR:
         failed = CommandRunResult(status="Error", stderr=result.stderr)
         return RunCodeResponse(status="SandboxError", message=result.stderr, run_result=failed)
+    compiled = _compile_result(result)
+    if result.compile is not None and Status(result.compile.status) is not Status.OK:
+        return RunCodeResponse(status="Failed", message="", compile_result=compiled)
     run = CommandRunResult(
         status="TimeLimitExceeded" if status is Status.TIMEOUT else "Finished",
         execution_time=result.wall_time,
@@ -174,8 +195,24 @@ def to_run_code_response(result: ExecuteResult) -> RunCodeResponse:
     return RunCodeResponse(
         status="Success" if status is Status.OK else "Failed",
         message="",
+        compile_result=compiled,
         run_result=run,
         files=result.files,
+    )
+
+
+def _compile_result(result: ExecuteResult) -> CommandRunResult | None:
+    """A `cpp` program's compile step, as SandboxFusion reports it (None for Python)."""
+    step = result.compile
+    if step is None:
+        return None
+    timed_out = Status(step.status) is Status.TIMEOUT
+    return CommandRunResult(
+        status="TimeLimitExceeded" if timed_out else "Finished",
+        execution_time=step.wall_time,
+        return_code=None if timed_out else (step.exit_code if step.exit_code is not None else -9),
+        stdout=step.stdout,
+        stderr=step.stderr,
     )
 
 
@@ -205,6 +242,7 @@ def _return_code(result: ExecuteResult) -> int:
 class RunJupyterRequest(BaseModel):
     """Cells to run in order in one interpreter (SandboxFusion's `RunJupyterRequest`)."""
 
+    model_config = FINITE
     cells: list[str]
     cell_timeout: float = 0
     """Seconds per cell; 0: no limit of its own (SandboxFusion never enforces it; we do)."""
@@ -246,7 +284,7 @@ def jupyter_session_id() -> str:
 
 def cell_timeout_s(request: RunJupyterRequest, elapsed_s: float, settings: Settings) -> float:
     """The next cell's time limit: its own, what is left of the total, the server's maximum.
-    Zero or less: no time left, the request is out of time."""
+    Under MIN_TIMEOUT_S: no time left, the request is out of time (see `out_of_time`)."""
     left = request.total_timeout - elapsed_s
     if request.cell_timeout > 0:
         left = min(left, request.cell_timeout)
@@ -278,13 +316,15 @@ def cell_request(
 
 def check_jupyter_request(request: RunJupyterRequest, settings: Settings) -> None:
     """InvalidRequest for a request that cannot run here, before any cell runs."""
-    if request.total_timeout <= 0:
-        message = "total_timeout must be greater than 0"
+    if request.total_timeout < MIN_TIMEOUT_S:
+        message = f"total_timeout must be at least {MIN_TIMEOUT_S}"
         raise InvalidRequest([_problem("total_timeout", message, request.total_timeout)])
-    if request.cell_timeout < 0:
-        raise InvalidRequest(
-            [_problem("cell_timeout", "cell_timeout must be 0 or more", request.cell_timeout)]
-        )
+    if request.cell_timeout != 0 and request.cell_timeout < MIN_TIMEOUT_S:
+        message = f"cell_timeout must be 0 (no limit of its own) or at least {MIN_TIMEOUT_S}"
+        raise InvalidRequest([_problem("cell_timeout", message, request.cell_timeout)])
+    if len(request.cells) > settings.max_cells:
+        message = f"{len(request.cells)} cells; at most {settings.max_cells}"
+        raise InvalidRequest([_problem("cells", message, None)])
     for index in range(len(request.cells)):
         cell_request(request, index, 1.0, "check", settings)
 
@@ -292,7 +332,7 @@ def check_jupyter_request(request: RunJupyterRequest, settings: Settings) -> Non
 def to_cell_result(result: ExecuteResult) -> CellRunResult | None:
     """The cell's outputs; None when the cell did not complete in a live interpreter."""
     status = Status(result.status)
-    if status in (Status.TIMEOUT, Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR):
+    if status in (Status.TIMEOUT, *INFRASTRUCTURE_STATUSES):
         return None
     if result.signal is not None:
         return None  # the interpreter was killed
@@ -315,7 +355,7 @@ def jupyter_failure(result: ExecuteResult, index: int, elapsed_s: float) -> RunJ
     if status is Status.QUEUE_TIMEOUT:
         message = f"queue_timeout: {result.stderr}; cell {index} never ran, safe to retry"
         return RunJupyterResponse(status="SandboxError", message=message)
-    if status is Status.SANDBOX_ERROR:
+    if status in (Status.SANDBOX_ERROR, Status.CANCELLED, Status.DEADLINE_EXCEEDED):
         return RunJupyterResponse(status="SandboxError", message=result.stderr)
     if status is Status.TIMEOUT:
         driver = CommandRunResult(status="TimeLimitExceeded", execution_time=elapsed_s)

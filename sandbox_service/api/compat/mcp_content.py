@@ -1,0 +1,41 @@
+"""What an MCP `python` tool call answers, from our ExecuteResult (pure; no MCP import).
+
+The text a model reads: stdout (a session cell's last expression is printed there), then stderr
+(the traceback of an uncaught exception), then a line naming a status other than ok or error
+(timeout, memory_limit...). Figures come back as PNG images beside it.
+"""
+
+from __future__ import annotations
+
+from sandbox_service.execution import Status
+from trainer_client.wire import ExecuteResult
+
+TOOL_DESCRIPTION = (
+    "Run Python 3 code in a sandbox (no network). Variables, imports and files persist between "
+    "calls of this conversation. The output is what the code prints; the value of the last "
+    "expression is printed too; matplotlib figures come back as images."
+)
+STATELESS_DESCRIPTION = (
+    "Run a Python 3 program in a fresh sandbox (no network, nothing kept between calls); "
+    "answers what it prints, its errors, and matplotlib figures as images."
+)
+
+
+def tool_text(result: ExecuteResult) -> str:
+    """The text part of the answer."""
+    parts = [result.stdout, result.stderr]
+    status = Status(result.status)
+    if status not in (Status.OK, Status.ERROR):
+        parts.append(f"[status: {status}]\n")
+    text = "".join(part if part.endswith("\n") or not part else part + "\n" for part in parts)
+    return text or "[no output]\n"
+
+
+def tool_images(result: ExecuteResult) -> list[str]:
+    """The base64 PNGs of the figures the code displayed, in order."""
+    return [item["image/png"] for item in result.display if "image/png" in item]
+
+
+def is_error(result: ExecuteResult) -> bool:
+    """Whether MCP's `isError` is set: the code did not complete."""
+    return Status(result.status) is not Status.OK

@@ -1,0 +1,106 @@
+"""The MCP server of mcp_server.py inside the API process: its tools run on our dispatcher, and
+its sessions are named in the tenant of the request (see wires.py, which passes it on)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from redis.exceptions import RedisError
+from starlette.types import Message, Receive, Scope, Send
+
+from sandbox_service.api.context import ApiContext
+from sandbox_service.api.dispatch import Overloaded, Unavailable
+from sandbox_service.jobs import JobPayload
+from sandbox_service.logs import request_id_var
+from sandbox_service.tenancy import Tenant, scoped
+from trainer_client.wire import ExecuteResult
+
+ROUTE = "/mcp"
+_SSE_SESSION = re.compile(rb"session_id=([0-9a-f]{8,128})")
+"""The SSE transport's session id, in the first event it sends (the endpoint to post to)."""
+MEMORY_MB = 1024
+
+
+class McpMount:
+    """The `/mcp` ASGI app and the lifespan of its session manager; None parts without `mcp`."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        try:
+            from sandbox_service.api.compat import mcp_server
+        except ImportError:  # the `mcp` extra is not installed: no /mcp
+            self.app: Any = None
+            self._server: Any = None
+            return
+
+        async def run(
+            code: str, session: str | None, timeout_s: float, tenant: str
+        ) -> ExecuteResult:
+            payload = JobPayload(
+                code=code,
+                timeout_s=timeout_s,
+                memory_mb=min(MEMORY_MB, ctx.settings.max_memory_mb),
+                session_id=scoped(Tenant(tenant), session) if session else None,
+                request_id=request_id_var.get(),
+            )
+            (result,) = await ctx.run([payload], ROUTE)
+            return ExecuteResult.model_validate(result)
+
+        async def end(mcp_session: str, tenant: str) -> None:
+            session = scoped(Tenant(tenant), mcp_server.session_name(mcp_session))
+            with contextlib.suppress(Overloaded, Unavailable, RedisError, OSError):
+                await ctx.dispatcher.end_session(session, request_id_var.get())
+
+        self._server = mcp_server.build_server(run, ctx.settings.max_timeout)
+        self._ending: set[asyncio.Task[None]] = set()
+        streamable = mcp_server.http_app(self._server)
+        sse = mcp_server.sse_app(self._server)
+
+        def end_later(mcp_session: str, scope: Scope) -> None:
+            headers = dict(scope["headers"])
+            tenant = headers.get(mcp_server.TENANT_HEADER.encode(), b"default").decode()
+            task = asyncio.create_task(end(mcp_session, tenant), name="mcp-session-end")
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            """The two transports; the end of an MCP session (streamable HTTP's DELETE, an SSE
+            stream closed) ends its session of ours."""
+            path: str = scope["path"]
+            if path.startswith("/mcp/messages"):
+                await sse(scope, receive, send)
+            elif path == "/mcp/sse":
+                opened: list[str] = []
+
+                async def sniff(message: Message) -> None:
+                    if not opened and message["type"] == "http.response.body":
+                        found = _SSE_SESSION.search(message.get("body", b""))
+                        if found:
+                            opened.append(found.group(1).decode())
+                    await send(message)
+
+                try:
+                    await sse(scope, receive, sniff)
+                finally:
+                    if opened:
+                        end_later(opened[0], scope)
+            else:
+                await streamable(scope, receive, send)
+                mcp_session = dict(scope["headers"]).get(b"mcp-session-id")
+                if scope["method"] == "DELETE" and mcp_session is not None:
+                    end_later(mcp_session.decode("latin-1"), scope)
+
+        self.app = app
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the streamable-HTTP session manager for the API's life."""
+        if self._server is None:
+            yield
+            return
+        async with self._server.session_manager.run():
+            yield
