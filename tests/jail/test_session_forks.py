@@ -157,3 +157,39 @@ def test_forks_fit_under_a_small_process_limit(pool: SessionPool) -> None:
     pool.end("pp")
     for i in range(8):
         pool.end(f"pp{i}")
+
+
+PRINCIPAL = """
+import os
+caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]
+links = []
+for fd in os.listdir('/proc/self/fd'):
+    try:
+        links.append(os.readlink(f'/proc/self/fd/{fd}'))
+    except OSError:
+        pass  # listdir's own descriptor, closed since
+in_run = any(line.strip().endswith('/run') for line in open('/proc/self/cgroup'))
+os.getresuid(), caps, sum(link.startswith('socket:') for link in links), in_run
+"""
+
+
+def test_a_fork_is_the_program_in_the_run_cgroup_holding_only_its_channel(
+    pool: SessionPool,
+) -> None:
+    run(pool, "op", "import os\nkeep = 1")
+    pool.fork("op", ["o1"])
+    # The program's uid without capabilities, one socket (its own channel to the zygote), and
+    # the run cgroup (the OOM domain), as the session's own interpreter.
+    expected = "((1000, 1000, 1000), ['0000000000000000'], 1, True)\n"
+    assert run(pool, "o1", PRINCIPAL) == expected
+    assert run(pool, "op", PRINCIPAL) == expected
+    tight = Limits(timeout_s=20.0, memory_mb=256, max_processes=64, max_output_bytes=4096)
+    hog = ExecutionSpec(
+        code="b = bytearray(400 << 20)\nb[::4096] = b'x' * len(b[::4096])", limits=tight
+    )
+    outcome = pool.run_cell("o1", hog)
+    # The memory limit's kill is the fork's (the run cgroup's), never the zygote's: the
+    # parent lives on in the same jail.
+    assert outcome.result.status == Status.MEMORY_LIMIT and not outcome.alive, outcome.result
+    assert run(pool, "op", "keep") == "1\n"
+    pool.end("op")
