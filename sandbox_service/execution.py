@@ -25,7 +25,8 @@ class Limits:
     max_processes: int = 64
     """Processes and threads of the tree (cgroup pids)."""
     max_output_bytes: int = 65536
-    """Cap for stdout and for stderr, each; the excess is read and discarded."""
+    """Cap for stdout and for stderr, each; past it the head and the tail are kept and the
+    middle is read and discarded."""
     max_file_size_mb: int = 64
     """Largest single file the program may write (RLIMIT_FSIZE)."""
     max_open_files: int = 256
@@ -50,6 +51,8 @@ class ExecutionSpec:
     """Relative paths returned after the run if they exist."""
     limits: Limits = field(default_factory=Limits)
     execution_id: str = ""
+    seed: int | None = None
+    """Seeds the preloaded random generators at the start (None: fresh entropy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +63,13 @@ class RecordedCell:
     code: str
     stdin: str = ""
     files: dict[str, bytes] = field(default_factory=dict)
+    seed: int | None = None
+    """The cell's seed, so that a replay draws what the cell drew."""
 
     @classmethod
     def of(cls, spec: ExecutionSpec) -> RecordedCell:
         """The record of a cell that ran."""
-        return cls(code=spec.code, stdin=spec.stdin, files=dict(spec.files))
+        return cls(code=spec.code, stdin=spec.stdin, files=dict(spec.files), seed=spec.seed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +112,10 @@ class ExecutionResult:
     stderr: str = ""
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    stdout_bytes: int = 0
+    """Bytes the program wrote to stdout, before any cut (see jail/capture.py)."""
+    stderr_bytes: int = 0
+    """Bytes the program wrote to stderr, before any cut."""
     wall_time: float = 0.0
     cpu_time: float = 0.0
     peak_memory_mb: float | None = None

@@ -55,6 +55,10 @@ class JobPayload:
     """1 for the first run; 2 when re-run after its worker was lost."""
     end_session: bool = False
     """Not a cell: end the session `session_id` (free its interpreter, forget its cells)."""
+    seed: int | None = None
+    """Seeds the jail's preloaded random generators (None: fresh entropy)."""
+    fork_to: tuple[str, ...] = ()
+    """Not a cell: fork the session `session_id` into these new sessions (internal ids)."""
     group: str | None = None
     """The group's internal id (the tenant's scoped label), or None."""
     deadline: float = 0.0
@@ -88,6 +92,10 @@ class JobPayload:
             wire["n"] = self.attempt
         if self.end_session:
             wire["e"] = 1
+        if self.seed is not None:
+            wire["sd"] = self.seed
+        if self.fork_to:
+            wire["fk"] = list(self.fork_to)
         if self.group is not None:
             wire["g"] = self.group
         if self.deadline:
@@ -121,6 +129,8 @@ class JobPayload:
             start_by=float(wire.get("sb", 0.0)),
             attempt=int(wire.get("n", 1)),
             end_session=bool(wire.get("e", 0)),
+            seed=None if wire.get("sd") is None else int(wire["sd"]),
+            fork_to=tuple(str(child) for child in wire.get("fk", ())),
             group=wire.get("g"),
             deadline=float(wire.get("dl", 0.0)),
             language=str(wire.get("lg", "python")),
@@ -167,7 +177,13 @@ class JobPayload:
             fetch_files=self.fetch_files,
             limits=replace(limits, timeout_s=self.timeout_s, memory_mb=self.memory_mb),
             execution_id=execution_id,
+            seed=self.seed,
         )
+
+
+NO_SESSION = "no such session"
+"""stderr of a fork job (status error) whose session does not exist (deleted, expired, never
+made)."""
 
 
 CHUNK_SEP = "."

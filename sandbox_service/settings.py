@@ -195,6 +195,8 @@ class Settings(BaseSettings):
     """Idle sessions expire after this long."""
     max_sessions_per_worker: int = Field(16, ge=1)
     """Live sessions one worker holds; the least recently used is evicted past it."""
+    max_fork_n: int = Field(64, ge=1, le=1024)
+    """Most sessions one POST /sessions/{id}/fork may make (its `n`)."""
     session_spares: int = Field(1, ge=0)
     """Session jails a worker keeps started ahead (once it has served a session), so that a new
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         parse_tool_calls,
         python_tool_schema,
         truncate_middle,
+        truncate_to_tokens,
     )
     from trainer_client.wire import (
         INFRASTRUCTURE_STATUSES,
@@ -88,6 +89,7 @@ _EXPORTS = {
     "parse_tool_calls": "trainer_client.tools",
     "python_tool_schema": "trainer_client.tools",
     "truncate_middle": "trainer_client.tools",
+    "truncate_to_tokens": "trainer_client.tools",
 }
 """Public name -> the module that defines it."""
 
@@ -144,4 +146,5 @@ __all__ = [
     "parse_tool_calls",
     "python_tool_schema",
     "truncate_middle",
+    "truncate_to_tokens",
 ]

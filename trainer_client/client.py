@@ -22,6 +22,7 @@ from trainer_client.http import (
     delete_session,
     post_batch,
     post_cancel_group,
+    post_fork,
     post_verify,
 )
 from trainer_client.retry import RetryPolicy
@@ -61,6 +62,7 @@ def build_request(
     session_id: str | None = None,
     files: Mapping[str, bytes] | None = None,
     fetch_files: Sequence[str] | None = None,
+    seed: int | None = None,
     group: str | None = None,
     deadline_s: float | None = None,
 ) -> ExecuteRequest:
@@ -76,6 +78,8 @@ def build_request(
         fields["files"] = {path: base64.b64encode(data).decode() for path, data in files.items()}
     if fetch_files:
         fields["fetch_files"] = list(fetch_files)
+    if seed is not None:
+        fields["seed"] = seed
     if group is not None:
         fields["group"] = group
     if deadline_s is not None:
@@ -198,11 +202,13 @@ class SandboxClient:
         session_id: str | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
         group: str | None = None,
         deadline_s: float | None = None,
     ) -> ExecuteResult:
         """Run one program; `files` are raw bytes (sent base64), `timeout` is in seconds.
 
+        `seed` seeds the jail's random generators (same program and seed: same output);
         `group` labels the call (see `group()`); `deadline_s`: seconds after which the service
         stops it or never starts it (`deadline_exceeded`)."""
         request = build_request(
@@ -213,6 +219,7 @@ class SandboxClient:
             session_id=session_id,
             files=files,
             fetch_files=fetch_files,
+            seed=seed,
             group=group,
             deadline_s=deadline_s,
         )
@@ -257,6 +264,12 @@ class SandboxClient:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
         self._own_process()
         return await delete_session(self._http, session_id, self._timeouts)
+
+    async def fork_session(self, session_id: str, n: int) -> list[str]:
+        """POST /sessions/{id}/fork: the ids of `n` new sessions, each a copy of the session's
+        state after its cells so far (never retried)."""
+        self._own_process()
+        return await post_fork(self._http, session_id, n, self._timeouts)
 
     def session(
         self, session_id: str | None = None, *, timeout: float = 10.0, group: str | None = None

@@ -13,10 +13,16 @@ import httpx
 from pydantic import ValidationError
 
 from trainer_client.dispatch import BatchOutcome
-from trainer_client.errors import SandboxClientError
+from trainer_client.errors import InvalidRequestError, SandboxClientError
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
 from trainer_client.verify import VERIFY_PATH, VerifyOutcome
-from trainer_client.wire import BatchResponse, GroupCancelled, VerifyItem, VerifyResponse
+from trainer_client.wire import (
+    BatchResponse,
+    ForkResponse,
+    GroupCancelled,
+    VerifyItem,
+    VerifyResponse,
+)
 
 BATCH_PATH = "/execute/batch"
 
@@ -139,6 +145,29 @@ async def delete_session(http: httpx.AsyncClient, session_id: str, timeouts: Tim
             + error_detail(response.content, response.reason_phrase)
         )
     return True
+
+
+async def post_fork(
+    http: httpx.AsyncClient, session_id: str, n: int, timeouts: Timeouts
+) -> list[str]:
+    """POST /sessions/{id}/fork: the ids of the n new sessions. Never retried: a fork that
+    answered nothing may have made forks (they expire with the server's TTL)."""
+    response = await http.post(
+        f"/sessions/{quote(session_id, safe='')}/fork",
+        json={"n": n},
+        timeout=timeouts.for_batch(0.0),
+    )
+    detail = error_detail(response.content, response.reason_phrase)
+    if response.status_code == 422:
+        raise InvalidRequestError(f"forking session {session_id!r}: {detail}")
+    if response.status_code != 200:
+        raise SandboxClientError(
+            f"forking session {session_id!r}: HTTP {response.status_code}: {detail}"
+        )
+    try:
+        return ForkResponse.model_validate_json(response.content).session_ids
+    except ValidationError as exc:
+        raise SandboxClientError(f"forking session {session_id!r}: bad answer: {exc}") from exc
 
 
 async def post_cancel_group(

@@ -48,10 +48,13 @@ class SessionHost(Protocol):
         session_id: str | None = ...,
         files: Mapping[str, bytes] | None = ...,
         fetch_files: Sequence[str] | None = ...,
+        seed: int | None = ...,
         group: str | None = ...,
     ) -> ExecuteResult: ...
 
     async def end_session(self, session_id: str) -> bool: ...
+
+    async def fork_session(self, session_id: str, n: int) -> list[str]: ...
 
 
 class Session:
@@ -88,8 +91,10 @@ class Session:
         timeout: float | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
     ) -> ExecuteResult:
-        """Run one cell; its last expression is shown as in a notebook."""
+        """Run one cell; its last expression is shown as in a notebook. `seed` seeds the
+        interpreter's random generators at the cell's start."""
         self._check_open()
         return await self._client.execute(
             code,
@@ -98,8 +103,19 @@ class Session:
             session_id=self.id,
             files=files,
             fetch_files=fetch_files,
+            seed=seed,
             group=self.group,
         )
+
+    async def fork(self, n: int) -> list[Session]:
+        """`n` new sessions, each a copy of this one's state (variables, imports, files) after
+        its cells so far, then independent: close each (or use it in `async with`)."""
+        self._check_open()
+        ids = await self._client.fork_session(self.id, n)
+        return [
+            Session(self._client, fork_id, timeout=self.timeout, group=self.group)
+            for fork_id in ids
+        ]
 
     async def upload(self, files: Mapping[str, bytes]) -> None:
         """Write files (relative path -> bytes) into the session's working directory."""

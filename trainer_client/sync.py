@@ -83,6 +83,7 @@ class SyncSandboxClient:
         session_id: str | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
         group: str | None = None,
         deadline_s: float | None = None,
     ) -> ExecuteResult:
@@ -96,6 +97,7 @@ class SyncSandboxClient:
                 session_id=session_id,
                 files=files,
                 fetch_files=fetch_files,
+                seed=seed,
                 group=group,
                 deadline_s=deadline_s,
             )
@@ -120,6 +122,10 @@ class SyncSandboxClient:
     def end_session(self, session_id: str) -> bool:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""
         return self._call(lambda client: client.end_session(session_id))
+
+    def fork_session(self, session_id: str, n: int) -> list[str]:
+        """The ids of `n` copies of a session (see SandboxClient.fork_session)."""
+        return self._call(lambda client: client.fork_session(session_id, n))
 
     def session(
         self, session_id: str | None = None, *, timeout: float = 10.0, group: str | None = None
@@ -207,13 +213,29 @@ class SyncSession:
         timeout: float | None = None,
         files: Mapping[str, bytes] | None = None,
         fetch_files: Sequence[str] | None = None,
+        seed: int | None = None,
     ) -> ExecuteResult:
         """Run one cell and block until its result (see Session.run)."""
         return self._client._call(
             lambda client: self._session(client).run(
-                code, stdin=stdin, timeout=timeout, files=files, fetch_files=fetch_files
+                code,
+                stdin=stdin,
+                timeout=timeout,
+                files=files,
+                fetch_files=fetch_files,
+                seed=seed,
             )
         )
+
+    def fork(self, n: int) -> list[SyncSession]:
+        """`n` new sessions, each a copy of this one's state (see Session.fork)."""
+        if self._closed:
+            raise ClientClosedError(f"session {self.id!r} is closed")
+        ids = self._client.fork_session(self.id, n)
+        return [
+            SyncSession(self._client, fork_id, timeout=self.timeout, group=self.group)
+            for fork_id in ids
+        ]
 
     def upload(self, files: Mapping[str, bytes]) -> None:
         """Write files into the session's working directory (see Session.upload)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -191,6 +192,49 @@ def truncate_middle(text: str, max_chars: int) -> str:
     return text[:keep] + TRUNCATION_MARKER + text[-keep:]
 
 
+TOKEN_OMISSION_MARKER = "\n[... {omitted} characters omitted ...]\n"
+"""Put between the head and the tail of a response cut to a token budget."""
+CountTokens = Callable[[str], int]
+"""Any function from text to its length in tokens (e.g. `lambda t: len(tok.encode(t))`)."""
+
+
+def _head_and_tail(text: str, keep: int) -> str:
+    head = keep // 2
+    tail = keep - head
+    omitted = len(text) - keep
+    return text[:head] + TOKEN_OMISSION_MARKER.format(omitted=omitted) + text[len(text) - tail :]
+
+
+def truncate_to_tokens(text: str, max_tokens: int, count_tokens: CountTokens) -> str:
+    """`text` if it fits in `max_tokens`; else its head and tail (half of the characters kept
+    each) around a marker naming how many characters were left out, as many kept as fit.
+
+    The count is the caller's tokenizer, called about log2(len(text)) times. When not even
+    the marker fits, the longest prefix that fits, without a marker.
+    """
+    if max_tokens < 0:
+        raise ValueError("max_tokens must be at least 0")
+    if count_tokens(text) <= max_tokens:
+        return text
+    low, high = -1, len(text) - 1  # the most characters kept whose cut fits (-1: none)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count_tokens(_head_and_tail(text, middle)) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    if low >= 0:
+        return _head_and_tail(text, low)
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count_tokens(text[:middle]) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low]
+
+
 def failure_reason(result: ExecuteResult, style: ResponseStyle = "rstar2") -> str:
     """The `reason:` of a failed call: code-judge's words (rstar2) or our status name (status)."""
     if style == "status":
@@ -204,6 +248,8 @@ def format_tool_response(
     style: ResponseStyle = "rstar2",
     max_chars: int | None = 256,
     mention_images: bool = True,
+    max_tokens: int | None = None,
+    count_tokens: CountTokens | None = None,
 ) -> str:
     """The text the model sees for one execution, in the rStar2-Agent release's format.
 
@@ -212,7 +258,12 @@ def format_tool_response(
     code-judge's reasons, which say nothing for a crash, a MemoryError or a signal.
     `mention_images` adds an `images:` line when the run produced figures (a text-only model
     otherwise cannot know that its plot exists); the images themselves are `result.images()`.
+    `max_tokens` with `count_tokens` (the policy's tokenizer as a text -> count function) cuts
+    the response to that many tokens, head and tail, saying how many characters it left out
+    (truncate_to_tokens); with max_chars too, the character cut comes first.
     """
+    if max_tokens is not None and count_tokens is None:
+        raise ValueError("max_tokens needs count_tokens, the tokenizer that counts them")
     lines = ["Tool call success" if result.status == Status.OK else "Tool call failure"]
     if result.status != Status.OK:
         lines.append(f"reason: {failure_reason(result, style)}")
@@ -225,7 +276,11 @@ def format_tool_response(
         lines.append(f"images: {images} produced (image/png)")
     lines.append(f"execution time: {result.wall_time:.2f}s")
     text = "\n".join(lines)
-    return text if max_chars is None else truncate_middle(text, max_chars)
+    if max_chars is not None:
+        text = truncate_middle(text, max_chars)
+    if max_tokens is not None and count_tokens is not None:
+        text = truncate_to_tokens(text, max_tokens, count_tokens)
+    return text
 
 
 # --- running a parsed call ----------------------------------------------------------------------

@@ -21,6 +21,8 @@ __all__ = [
     "BatchResponse",
     "ExecuteRequest",
     "ExecuteResult",
+    "ForkRequest",
+    "ForkResponse",
     "GroupCancelled",
     "Status",
     "VerifyItem",
@@ -54,6 +56,8 @@ class Status(str, enum.Enum):
         return format(str(self.value), format_spec)
 
 
+SEED_BOUND = 2**32
+"""Seeds are integers in [0, SEED_BOUND): numpy's legacy global generator takes no more."""
 INFRASTRUCTURE_STATUSES = frozenset(
     {Status.QUEUE_TIMEOUT, Status.SANDBOX_ERROR, Status.CANCELLED, Status.DEADLINE_EXCEEDED}
 )
@@ -148,6 +152,9 @@ class ExecuteRequest(BaseModel):
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     files: dict[str, str] = Field(default_factory=dict)
     fetch_files: list[str] = Field(default_factory=list)
+    seed: Annotated[int, Field(ge=0, lt=SEED_BOUND)] | None = None
+    """Seeds the generators the jail preloads (random, numpy.random's global state, sympy's,
+    mpmath's through random) at the start of the run or cell; null: fresh entropy per run."""
     group: Annotated[str, Field(pattern=GROUP_PATTERN)] | None = None
     """A label of the caller's choosing (a rollout, a GRPO group, a step): the whole group can be
     cancelled at once (POST /groups/{group}/cancel)."""
@@ -238,7 +245,13 @@ class ExecuteResult(BaseModel):
     stdout: str = ""
     stderr: str = ""
     stdout_truncated: bool = False
+    """True when stdout was cut: its head and tail are kept around an omission marker."""
     stderr_truncated: bool = False
+    """True when stderr was cut, as stdout."""
+    stdout_bytes: int = 0
+    """Bytes the program wrote to stdout, before any cut."""
+    stderr_bytes: int = 0
+    """Bytes the program wrote to stderr, before any cut."""
     wall_time: float = 0.0
     cpu_time: float = 0.0
     peak_memory_mb: float | None = None
@@ -289,6 +302,21 @@ class BatchResponse(BaseModel):
     """Results in the order of the requests."""
 
     results: list[ExecuteResult]
+
+
+class ForkRequest(BaseModel):
+    """How many copies of a session to make (POST /sessions/{session_id}/fork)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: Annotated[int, Field(ge=1)]
+    """New sessions to make, 1 to the server's `max_fork_n` (default 64)."""
+
+
+class ForkResponse(BaseModel):
+    """The new sessions, each a copy of the parent as it was when the fork ran."""
+
+    session_ids: list[str]
 
 
 VerdictName = Literal["correct", "incorrect", "timeout", "invalid"]

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from sandbox_service import __version__
-from sandbox_service.api import execute_routes, operations
+from sandbox_service.api import execute_routes, fork_routes, operations
 from sandbox_service.api.call_labels import read_call_labels
 from sandbox_service.api.compat.e2b_routes import E2bWire
 from sandbox_service.api.compat.mcp_routes import McpMount
@@ -77,6 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
     # Routes are matched in this order, each failed match costing a few microseconds: the
     # execution routes first, the operational ones (probes, scrapes) last.
     app.include_router(execute_routes.router)
+    app.include_router(fork_routes.router)
     labels = [Depends(read_call_labels)]
     app.include_router(
         codejudge_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher),

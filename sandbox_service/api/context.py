@@ -73,4 +73,5 @@ def to_payload(request: ExecuteRequest) -> JobPayload:
         deadline=deadline,
         language=request.language,
         tenant=tenant_var.get().name,
+        seed=request.seed,
     )

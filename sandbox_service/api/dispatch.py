@@ -50,7 +50,7 @@ from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.cancel import GROUP_CANCELLED
-from sandbox_service.jobs import JobPayload, ResultDict, item_id
+from sandbox_service.jobs import NO_SESSION, JobPayload, ResultDict, item_id
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
 from sandbox_service.tenancy import Tenant, tenant_var
@@ -314,7 +314,10 @@ class Dispatcher:
         """Count the request's sessions against the tenant's quota (429 past it); the new ones."""
         if tenant.max_sessions is None:
             return []
-        session_ids = {p.session_id for p in payloads if p.session_id and not p.end_session}
+        # A fork's parent is not used by it; its copies are new sessions.
+        session_ids = {
+            p.session_id for p in payloads if p.session_id and not p.end_session and not p.fork_to
+        } | {fork for p in payloads for fork in p.fork_to}
         if not session_ids:
             return []
         lifetime_s = self.settings.session_ttl_s + self.settings.api_wait_s(
@@ -457,16 +460,44 @@ class Dispatcher:
         ended: bool = await self._run_sync(self.sessions.forget, session_id)
         return ended
 
+    async def fork_session(
+        self, session_id: str, forks: Sequence[str], request_id: str = ""
+    ) -> bool | None:
+        """Fork a session (its internal id) into new sessions named `forks` (internal ids, of
+        the same tenant); whether it existed (None: the fork job did not run: the queue
+        deadline passed or its worker was lost).
+
+        Like an ending, the fork runs on the session's owner behind the cells already queued
+        there, so the forks copy the state those cells leave."""
+        payload = JobPayload(
+            code="",
+            session_id=session_id,
+            fork_to=tuple(forks),
+            timeout_s=1.0,
+            request_id=request_id,
+        )
+        (result,) = await self.submit([payload])  # the forks count in the tenant's quota
+        if result["status"] == "ok":
+            return True
+        await self.sessions_ended(forks)
+        if result["status"] == "error" and result["stderr"] == NO_SESSION:
+            return False
+        return None
+
     async def session_ended(self, session_id: str) -> None:
         """Stop counting an ended session against its tenant's quota."""
+        await self.sessions_ended([session_id])
+
+    async def sessions_ended(self, session_ids: Sequence[str]) -> None:
+        """Stop counting these sessions (ended, or forks never made) against the quota."""
         tenant = tenant_var.get()
         if tenant.max_sessions is not None:
-            await self._unclaim_sessions(tenant, [session_id])
+            await self._unclaim_sessions(tenant, list(session_ids))
 
     def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
         """The jobs with their queues set: session work to its owner's own queue (blocking)."""
         sessions = [
-            (job.payload.session_id, not job.payload.end_session)
+            (job.payload.session_id, not (job.payload.end_session or job.payload.fork_to))
             for job in jobs
             if job.payload.session_id is not None
         ]

@@ -115,6 +115,28 @@ return 0
 """
 
 
+# KEYS: parent hash, parent cells, then each fork's hash and cells. ARGV: ttl_s, owner ("":
+# none). Each fork gets the parent's recorded cells and count, and the owner that holds its
+# live copy (none: its first cell claims one). Returns the parent's n, or -1 when there is no
+# such session.
+_FORK = """
+local n = redis.call('HGET', KEYS[1], 'n')
+if not n then return -1 end
+local cells = redis.call('LRANGE', KEYS[2], 0, -1)
+for i = 3, #KEYS, 2 do
+  redis.call('DEL', KEYS[i], KEYS[i + 1])
+  redis.call('HSET', KEYS[i], 'n', n)
+  if ARGV[2] ~= '' then redis.call('HSET', KEYS[i], 'owner', ARGV[2]) end
+  redis.call('EXPIRE', KEYS[i], ARGV[1])
+  for first = 1, #cells, 1000 do
+    redis.call('RPUSH', KEYS[i + 1], unpack(cells, first, math.min(first + 999, #cells)))
+  end
+  if #cells > 0 then redis.call('EXPIRE', KEYS[i + 1], ARGV[1]) end
+end
+return tonumber(n)
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionState:
     """What Redis says about a session, as a worker reads it before a cell."""
@@ -128,14 +150,23 @@ class SessionState:
 def encode_cell(cell: RecordedCell) -> bytes:
     """A recorded cell as stored in the session's list (JSON; files in base64)."""
     files = {path: base64.b64encode(content).decode() for path, content in cell.files.items()}
-    return json.dumps({"code": cell.code, "stdin": cell.stdin, "files": files}).encode()
+    record: dict[str, object] = {"code": cell.code, "stdin": cell.stdin, "files": files}
+    if cell.seed is not None:
+        record["seed"] = cell.seed
+    return json.dumps(record).encode()
 
 
 def decode_cell(stored: bytes) -> RecordedCell:
     """The inverse of encode_cell."""
     record = json.loads(stored)
     files = {path: base64.b64decode(content) for path, content in record["files"].items()}
-    return RecordedCell(code=record["code"], stdin=record["stdin"], files=files)
+    seed = record.get("seed")
+    return RecordedCell(
+        code=record["code"],
+        stdin=record["stdin"],
+        files=files,
+        seed=None if seed is None else int(seed),
+    )
 
 
 class SessionStore:
@@ -158,6 +189,7 @@ class SessionStore:
         self._state = connection.register_script(_STATE)
         self._record = connection.register_script(_RECORD)
         self._release = connection.register_script(_RELEASE)
+        self._fork = connection.register_script(_FORK)
 
     @classmethod
     def for_settings(cls, connection: redis.Redis, settings: Settings) -> SessionStore:
@@ -218,6 +250,15 @@ class SessionStore:
         if cell is not None:
             args.append(encode_cell(cell))
         return int(self._record(keys=self._keys(session_id), args=args))
+
+    def fork(self, session_id: str, forks: Sequence[str], owner: str | None = None) -> int:
+        """Make each of `forks` a session with the recorded cells of `session_id`, each with its
+        own keys and TTL, owned by `owner` when that worker holds live copies; the parent's
+        cell count, or -1 when it does not exist."""
+        fork_keys = [key for fork in forks for key in self._keys(fork)]
+        return int(
+            self._fork(keys=[*self._keys(session_id), *fork_keys], args=[self._ttl_s, owner or ""])
+        )
 
     def release(self, session_ids: Sequence[str], worker: str) -> None:
         """Drop `worker`'s affinity of sessions it no longer holds (evicted or expired)."""

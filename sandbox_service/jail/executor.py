@@ -140,6 +140,8 @@ def to_result(spec: ExecutionSpec, reply: ZygoteReply) -> ExecutionResult:
         stderr=stderr,
         stdout_truncated=reply.stdout.truncated,
         stderr_truncated=reply.stderr.truncated,
+        stdout_bytes=reply.stdout.total,
+        stderr_bytes=reply.stderr.total,
         wall_time=round(reply.wall_time, 6),
         cpu_time=round(reply.cpu_time, 6),
         peak_memory_mb=reply.usage.peak_memory_mb,

@@ -291,6 +291,9 @@ def environment() -> list[str]:
         "MKL_NUM_THREADS=1",
         "NUMEXPR_NUM_THREADS=1",
         "MPLBACKEND=Agg",
+        # One string hash for every jail: a set of strings iterates in the same order on every
+        # worker, so a seeded run prints the same thing wherever it runs (docs/jail.md, Seeds).
+        "PYTHONHASHSEED=0",
     ]
 
 
@@ -380,7 +383,9 @@ def build_config(layout: JailLayout) -> NsJailConfig:
     ]
     cfg.seccomp_string = [seccomp_policy()]
 
-    args = ["-I", "-B", ZYGOTE_PATH_IN_JAIL, "--control-fd", str(layout.control_fd)]
+    # -s -P, not -I: -I implies -E, which would ignore PYTHONHASHSEED; the environment is this
+    # module's own anyway (keep_env is off).
+    args = ["-s", "-P", "-B", ZYGOTE_PATH_IN_JAIL, "--control-fd", str(layout.control_fd)]
     if layout.preload:
         args.append("--preload")
         if layout.preload_full:

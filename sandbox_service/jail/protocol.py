@@ -38,6 +38,15 @@ MAX_OUTPUTS_BYTES = 8 << 20
 """Largest rich-outputs report (displays and error) a run may leave for the zygote."""
 DISPLAY_MIME_TYPES = ("text/plain", "image/png")
 HEADER = struct.Struct(">I")
+MAX_MEMBER = 1 << 30
+"""Largest interpreter number of a session jail (they count up from 0 as forks are made)."""
+MAX_SEED = 2**32 - 1
+"""Largest seed: numpy's legacy global generator takes 32 bits."""
+
+
+INTERPRETER_GONE = "the session's interpreter is gone"
+"""setup_error of a cell for a forked interpreter that no longer exists (a sibling's cell or
+the memory limit ended it): the worker rebuilds that session from its records."""
 
 
 class ProtocolError(ValueError):
@@ -290,6 +299,11 @@ class RunRequest:
     files: dict[str, bytes] = field(default_factory=dict)
     fetch: tuple[str, ...] = ()
     fetch_budget: FetchBudget = field(default_factory=FetchBudget)
+    seed: int | None = None
+    """Seeds the preloaded random generators before the program (None: fresh entropy)."""
+    member: int = 0
+    """Session mode: which interpreter of the jail runs the cell (0: the session's own; the
+    others are its forks, see ForkMembers)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -298,6 +312,8 @@ class RunRequest:
             "files": _b64(self.files),
             "fetch": list(self.fetch),
             "fetch_budget": self.fetch_budget.to_wire(),
+            "seed": self.seed,
+            "member": self.member,
         }
 
     @classmethod
@@ -309,7 +325,47 @@ class RunRequest:
             files=_blobs(obj.get("files", {}), "files"),
             fetch=_paths(obj.get("fetch", []), "fetch", MAX_FETCH_PATHS),
             fetch_budget=FetchBudget.from_wire(obj.get("fetch_budget", {})),
+            seed=_opt_int(obj, "seed", 0, MAX_SEED),
+            member=_int(obj, "member", 0, MAX_MEMBER) if "member" in obj else 0,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ForkMembers:
+    """worker -> zygote (session mode): fork interpreter `member` n times; answered Forked."""
+
+    member: int
+    n: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "fork", "member": self.member, "n": self.n}
+
+    @classmethod
+    def from_wire(cls, value: object) -> ForkMembers:
+        obj = _obj(value, "fork")
+        _op(obj, "fork")
+        return cls(_int(obj, "member", 0, MAX_MEMBER), _int(obj, "n", 1, 4096))
+
+
+@dataclass(frozen=True, slots=True)
+class Forked:
+    """zygote -> worker: the new interpreters' member numbers, or why there are none."""
+
+    members: tuple[int, ...]
+    error: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": "forked", "members": list(self.members), "error": self.error}
+
+    @classmethod
+    def from_wire(cls, value: object) -> Forked:
+        obj = _obj(value, "forked")
+        _op(obj, "forked")
+        members = obj.get("members")
+        if not isinstance(members, list) or len(members) > 4096:
+            raise ProtocolError("members: expected a list")
+        keys = tuple(_int({"m": m}, "m", 1, MAX_MEMBER) for m in members)
+        return cls(keys, _opt_text(obj, "error", 4096))
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.cgroups import SlotCgroups
 from sandbox_service.jail.executor import apply_cpu_limit, fetch_budget, make_layout, to_result
+from sandbox_service.jail.protocol import INTERPRETER_GONE
 from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail
 from sandbox_service.settings import Settings
 
@@ -52,11 +53,19 @@ class CellOutcome:
     """Sessions evicted (least recently used) to make room for this one."""
 
 
+class InterpreterGone(Exception):
+    """A forked session's interpreter is no longer in its jail: rebuild it from its records."""
+
+
 @dataclass
 class _LiveSession:
     jail: ZygoteJail
     cgroups: SlotCgroups
     last_used: float = field(default_factory=time.monotonic)
+    member: int = 0
+    """Its interpreter in the jail (0: the jail's first; others are forks)."""
+    family: set[str] | None = None
+    """The sessions sharing this jail (a forked session and its forks); None: alone."""
 
 
 class SessionPool:
@@ -153,8 +162,9 @@ class SessionPool:
         return len(self._live)
 
     def is_live(self, session_id: str) -> bool:
-        """Whether this pool holds the session's interpreter."""
-        return session_id in self._live
+        """Whether this pool holds the session's interpreter (a forked one: in a live jail)."""
+        live = self._live.get(session_id)
+        return live is not None and (live.family is None or live.jail.alive())
 
     def run_cell(
         self,
@@ -176,8 +186,14 @@ class SessionPool:
                     self._replay(live, spec, history)
                     restored = True
             self._live.move_to_end(session_id)
-            reply = live.jail.run(spec, cancel)
+            if live.family is not None:  # the family's other interpreters count as processes
+                more = spec.limits.max_processes + len(live.family) - 1
+                spec = replace(spec, limits=replace(spec.limits, max_processes=more))
+            reply = live.jail.run(spec, cancel, member=live.member)
             live.last_used = time.monotonic()  # idle from the end of its last cell
+            if reply.setup_error == INTERPRETER_GONE:
+                self.end(session_id)
+                raise InterpreterGone(session_id)
         except ReplayDiverged as diverged:
             # The session's own cells ended its interpreter on replay (a cell that acts on
             # randomness, time, or whether it is replayed): the program's error, not ours.
@@ -199,7 +215,12 @@ class SessionPool:
     ) -> None:
         for number, cell in enumerate(history, start=1):
             replayed = replace(
-                spec, code=cell.code, stdin=cell.stdin, files=cell.files, fetch_files=()
+                spec,
+                code=cell.code,
+                stdin=cell.stdin,
+                files=cell.files,
+                fetch_files=(),
+                seed=cell.seed,
             )
             reply = live.jail.run(replayed)
             if not reply.session_alive:
@@ -210,21 +231,57 @@ class SessionPool:
                     "session's state is lost and this cell did not run\n"
                 )
 
-    def _make_room(self) -> list[str]:
+    def _make_room(self, wanted: int = 1) -> list[str]:
         evicted = []
-        while len(self._live) >= self._settings.max_sessions_per_worker:
-            session_id, oldest = self._live.popitem(last=False)
-            self._discard(oldest)
+        while self._live and len(self._live) + wanted > self._settings.max_sessions_per_worker:
+            session_id = next(iter(self._live))
+            self.end(session_id)
             evicted.append(session_id)
         return evicted
 
     def end(self, session_id: str, force: bool = False) -> bool:
-        """End a live session; False if it was not live here."""
+        """End a live session; False if it was not live here. A forked session's interpreter
+        alone ends while others share its jail (the jail ends with the last)."""
         live = self._live.pop(session_id, None)
         if live is None:
             return False
+        if live.family is not None:
+            live.family.discard(session_id)
+            if live.family and live.jail.alive():
+                live.jail.drop(live.member)
+                return True
         self._discard(live, force=force)
         return True
+
+    def fork(self, session_id: str, forks: Sequence[str]) -> list[str]:
+        """Fork a live session's interpreter into live sessions `forks` (copy-on-write copies
+        in its jail); the sessions evicted to make room. Raises JailFailure when the jail
+        could not fork (the sessions are then rebuilt from their records when used)."""
+        live = self._live.get(session_id)
+        if live is None or not live.jail.alive():
+            raise JailFailure("the session is not live here")
+        if len(forks) + 1 > self._settings.max_sessions_per_worker:
+            raise JailFailure(
+                "more forks than this worker holds sessions (max_sessions_per_worker)"
+            )
+        self._live.move_to_end(session_id)
+        evicted = self._make_room(len(forks))
+        if session_id in evicted:
+            raise JailFailure("the session was evicted")
+        # Room in the pids limit for the copies (and the middle process of each double fork);
+        # the next cell sets its own limits again.
+        family_size = 1 if live.family is None else len(live.family)
+        processes = self._settings.default_max_processes + family_size + len(forks)
+        live.cgroups.prepare_execution(self._settings.max_memory_mb, processes)
+        members = live.jail.fork(live.member, len(forks))
+        family = live.family if live.family is not None else {session_id}
+        live.family = family
+        for fork_id, member in zip(forks, members, strict=True):
+            family.add(fork_id)
+            self._live[fork_id] = _LiveSession(
+                live.jail, live.cgroups, member=member, family=family
+            )
+        return evicted
 
     def expire_idle(self, now: float | None = None) -> list[str]:
         """End the sessions idle for longer than the TTL; return their ids."""

@@ -41,6 +41,7 @@ import select
 import signal
 import socket
 import stat
+import struct
 import sys
 import time
 import traceback
@@ -1005,6 +1006,44 @@ def _reseed_random() -> None:
         sympy_random.rng.seed()
 
 
+_SEEDED_GENERATORS: dict[str, Callable[[types.ModuleType, int], None]] = {
+    "random": lambda module, seed: module.seed(seed),  # mpmath draws from it too
+    "numpy.random": lambda module, seed: module.seed(seed),  # the global state scipy uses
+    "sympy.core.random": lambda module, seed: module.rng.seed(seed),
+}
+"""The modules whose global generators a seed seeds, and how."""
+_SEED: list[int] = []
+"""The seed of the current run or cell, for a generator module it imports later."""
+
+
+def seed_random(seed: int | None) -> None:
+    """Seed every generator the jail preloads from `seed` (None: forget the last one), and
+    those of SEEDED_GENERATORS imported later in the run. Generators a program makes from
+    fresh entropy (numpy's default_rng(), os.urandom, secrets, uuid4) stay unseeded:
+    docs/jail.md."""
+    _SEED[:] = [] if seed is None else [seed]
+    if seed is None:
+        return
+    for name, apply in _SEEDED_GENERATORS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            apply(module, seed)
+
+
+def install_seed_hooks() -> None:
+    """Before any import of the generator modules: seed them as they are imported, when the
+    run has a seed (cold mode imports them in the program, after the seed is known)."""
+
+    def hook(name: str) -> Callable[[types.ModuleType], None]:
+        def seed_on_import(module: types.ModuleType) -> None:
+            if _SEED:
+                _SEEDED_GENERATORS[name](module, _SEED[0])
+
+        return seed_on_import
+
+    sys.meta_path.insert(0, _AfterImport({name: hook(name) for name in _SEEDED_GENERATORS}))
+
+
 def _fresh_main() -> dict[str, Any]:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -1369,6 +1408,8 @@ def standby(sock: socket.socket, forward_fd: int, go_fd: int, warm_up: bool) -> 
         os.dup2(stderr_fd, 2)
         # The pipe to the zygote too: the program holds no descriptor of the control path.
         _close_all_but(code_fd)
+        if request.seed is not None:
+            seed_random(request.seed)
     except BaseException:
         traceback.print_exc()  # to the jail's log: this is our failure, not the program's
         os._exit(70)
@@ -1661,12 +1702,16 @@ def session_interpreter(channel: socket.socket) -> None:
         _be_the_oom_killers_pick()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(WORK_DIR)
+        cwd = WORK_DIR
         _reseed_random()
         namespace = _fresh_main()
         devnull = os.open("/dev/null", os.O_RDWR)
         while True:
             try:
-                message, fds = recv_frame(channel, max_fds=4)
+                message, fds = recv_frame(channel, max_fds=FORK_BATCH)
+                if message.get("op") == FORK:
+                    channel = _fork_interpreter(channel, fds)
+                    continue
                 limits = protocol.RunLimits.from_wire(message.get("limits"))
             except (EOFError, OSError):
                 os._exit(0)
@@ -1676,9 +1721,15 @@ def session_interpreter(channel: socket.socket) -> None:
             for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):
                 os.dup2(fd, target)
                 os.close(fd)
+            if message.get("moved"):  # a sibling ran on mounts since: ours are new ones
+                _enter_again(cwd)
             _install_std_streams(_std_streams())
             _cell_limits(limits)
+            seed = message.get("seed")
+            seed_random(seed if isinstance(seed, int) else None)
             status = _run_source(source, namespace, cell=True)
+            with contextlib.suppress(BaseException):
+                cwd = os.getcwd()
             with contextlib.suppress(BaseException):
                 leave_outputs()
             for stream in (sys.stdout, sys.stderr):
@@ -1691,6 +1742,66 @@ def session_interpreter(channel: socket.socket) -> None:
     except BaseException:
         traceback.print_exc()
         os._exit(70)
+
+
+def _enter_again(cwd: str) -> None:
+    """Enter the working directory of the last cell by its path (the working directory if it
+    is gone): the process's was on a scratch mount detached since (_Family.switch_to)."""
+    try:
+        os.chdir(cwd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.chdir(WORK_DIR)
+
+
+FORK = "fork"
+"""The op of the frame the zygote sends an interpreter between cells to fork it; the one
+descriptor with it is the fork's channel."""
+FORK_BATCH = 64
+"""Copies asked for in one fork frame (one descriptor each, one middle process)."""
+HELLO = b"h"
+"""A fork's first byte on its channel: the kernel attaches its pid (SCM_CREDENTIALS)."""
+
+
+def _fork_interpreter(channel: socket.socket, fds: list[int]) -> socket.socket:
+    """In an interpreter told to fork: one copy of this process per descriptor passed, each the
+    zygote's child (a middle process forks them all and exits, so they are reparented to PID 1)
+    serving its descriptor as its channel; the channel this process goes on with (a copy: its
+    new one). A copy that cannot be made leaves its descriptor closed: the zygote sees EOF."""
+    # Non-dumpable from here on, this process and its copies: their memory and /proc files are
+    # then no sibling's to read or write (the same uid would otherwise be enough).
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    try:
+        middle = os.fork()
+    except OSError:  # the pids limit: no copy
+        middle = -1
+    if middle == 0:
+        for mine in fds:
+            try:
+                copy_pid = os.fork()
+            except OSError:
+                os._exit(1)
+            if copy_pid == 0:
+                for other in fds:
+                    if other != mine:
+                        os.close(other)
+                channel.close()
+                return _become_copy(socket.socket(fileno=mine))
+        os._exit(0)
+    for fd in fds:
+        os.close(fd)
+    if middle > 0:
+        os.waitpid(middle, 0)
+    return channel
+
+
+def _become_copy(copy: socket.socket) -> socket.socket:
+    deadline = time.monotonic() + FORK_HELLO_DEADLINE_S / 2
+    while os.getppid() != 1 and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    _reseed_random()  # each fork draws its own numbers (a seeded cell seeds them again)
+    copy.sendall(HELLO)
+    return copy
 
 
 def _cell_limits(limits: protocol.RunLimits) -> None:
@@ -1727,10 +1838,10 @@ def _cpu_of_process(pid: int) -> float:
     return own + children
 
 
-def _kill_all_but(keep: int) -> float:
-    """SIGKILL every process of the namespace but this one and `keep` (a cell's background
-    processes); reap the orphans; return their CPU seconds."""
-    spared = {"1", str(keep)}
+def _kill_all_but(*keep: int) -> float:
+    """SIGKILL every process of the namespace but this one and `keep` (the interpreters: this
+    kills a cell's background processes); reap the orphans; return their CPU seconds."""
+    spared = {"1", *map(str, keep)}
     cpu = 0.0
     deadline = time.monotonic() + REAP_DEADLINE_S
     while True:
@@ -1764,14 +1875,212 @@ def _drain(channel: socket.socket) -> None:
             pass
 
 
-def serve_session(sock: socket.socket) -> None:
-    """Run cells in one persistent interpreter until told to exit, or until a cell kills it.
+@dataclass(slots=True)
+class _Member:
+    """One interpreter of a session jail: the session's, or a fork of it."""
 
-    Notebook semantics: the interpreter (its namespace, its threads) lives from cell to cell;
-    processes a cell started are killed when the cell ends. A cell that times out, whose
-    interpreter dies, or that breaks the channel's protocol ends the jail after its answer:
-    the worker then rebuilds the session elsewhere by replaying its recorded cells.
+    pid: int
+    pidfd: int
+    channel: socket.socket
+    files: bytes | None = None
+    """Its scratch directories (a tar) while another member's are in place."""
+    moved: bool = False
+    """The scratch directories were mounted afresh since its last cell: it must enter its
+    working directory again (by path) before the next."""
+
+    def dead(self) -> bool:
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        os.close(self.pidfd)
+        self.channel.close()
+
+
+FORK_HELLO_DEADLINE_S = 10.0
+"""How long the zygote waits for each copy's hello (a loaded host delays the middle's exit)."""
+MAX_MEMBERS = 4096
+_UCRED = struct.Struct("3i")
+
+
+class _Family:
+    """The interpreters of one session jail: one, until the session is forked.
+
+    Forks are copies of a member's process (copy-on-write); they share the jail, its memory and
+    process limits. Only one member runs at a time: the others are stopped (SIGSTOP) and their
+    scratch files kept aside, so a member never sees a sibling's later state or files; a member
+    whose turn comes gets its own files back (docs/service.md, "Forked sessions").
     """
+
+    def __init__(self, first: _Member) -> None:
+        self.members: dict[int, _Member] = {0: first}
+        self.current: int | None = 0
+        """The member whose files are in the scratch directories and that is not stopped."""
+        self._next = 1
+
+    def pids(self) -> list[int]:
+        return [member.pid for member in self.members.values()]
+
+    def switch_to(self, key: int) -> None:
+        """Make `key` the running member with its files in place (nothing when it is)."""
+        if key == self.current:
+            return
+        for other, member in self.members.items():
+            if other != key:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member.pid, signal.SIGSTOP)
+        _kill_all_but(*self.pids())
+        self._wait_stopped(key)
+        leaving = self.members.get(self.current) if self.current is not None else None
+        if leaving is not None and self.current is not None:
+            try:
+                leaving.files = _snapshot_scratch()
+            except (OSError, ValueError, RecursionError):
+                # A tree it could not be read back from: that member's live state is given
+                # up, and its session rebuilt from its records at its next cell.
+                self.drop(self.current)
+        # Fresh mounts, as between warm runs: nothing of the last member's (files, their
+        # attributes, the directories' own) reaches the next but what its own tar holds.
+        self.current = None
+        fresh_scratch()
+        arriving = self.members[key]
+        arriving.moved = True  # its working directory was on a mount now detached
+        if arriving.files:
+            failure = _as_program(_restore_scratch, arriving.files)
+            if failure is not None:
+                raise OSError(f"its files could not be put back: {failure}")
+        arriving.files = None
+        self.current = key
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(arriving.pid, signal.SIGCONT)
+
+    def _wait_stopped(self, running: int) -> None:
+        deadline = time.monotonic() + REAP_DEADLINE_S
+        for key, member in self.members.items():
+            while key != running and not _is_stopped(member.pid):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("an interpreter did not stop")
+                time.sleep(0.0002)
+
+    def drop(self, key: int) -> None:
+        """End one member (its session ended, or its interpreter died)."""
+        member = self.members.pop(key, None)
+        if member is not None:
+            member.close()
+        if key == self.current:
+            self.current = None  # its files stay until the next member's turn wipes them
+
+    def fork(self, key: int, n: int) -> list[int]:
+        """Fork member `key` n times; the new members' keys (stopped, with its files). Raises
+        RuntimeError when a copy does not come (the caller drops what was made)."""
+        self.switch_to(key)
+        parent = self.members[key]
+        _drain(parent.channel)
+        made: list[int] = []
+        ours: list[socket.socket] = []
+        try:
+            for first in range(0, n, FORK_BATCH):
+                theirs = []
+                for _ in range(min(FORK_BATCH, n - first)):
+                    mine, their = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                    mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+                    ours.append(mine)
+                    theirs.append(their)
+                try:
+                    send_frame(parent.channel, {"op": FORK}, [t.fileno() for t in theirs])
+                finally:
+                    for their in theirs:
+                        their.close()
+            known = set(self.pids())
+            for channel, pid in _await_forks(ours, known):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                self.members[self._next] = _Member(pid, os.pidfd_open(pid), channel)
+                ours.remove(channel)
+                made.append(self._next)
+                self._next += 1
+        except (RuntimeError, OSError):
+            for channel in ours:
+                channel.close()
+            for new in made:
+                self.drop(new)
+            raise
+        files = _snapshot_scratch()
+        for new in made:
+            self.members[new].files = files  # one copy, shared until each one's turn
+        return made
+
+
+def _await_forks(channels: list[socket.socket], known: set[int]) -> list[tuple[socket.socket, int]]:
+    """Each channel's copy and its pid, as the kernel gives it with the copy's hello
+    (SCM_CREDENTIALS), never the copy's word: a new child of the zygote, each a different one.
+    RuntimeError when one does not come within the deadline or is not such a child."""
+    waiting = {channel.fileno(): channel for channel in channels}
+    found: list[tuple[socket.socket, int]] = []
+    deadline = time.monotonic() + FORK_HELLO_DEADLINE_S
+    while waiting:
+        remaining = deadline - time.monotonic()
+        ready = select.select(list(waiting), [], [], max(remaining, 0))[0] if remaining > 0 else []
+        if not ready:
+            raise RuntimeError("the interpreter did not fork")
+        for fd in ready:
+            channel = waiting.pop(fd)
+            data, ancillary, _flags, _addr = channel.recvmsg(1, socket.CMSG_SPACE(_UCRED.size))
+            pid = 0
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = _UCRED.unpack(payload[: _UCRED.size])[0]
+            if data != HELLO or pid <= 1 or pid in known or _parent_of(pid) != 1:
+                raise RuntimeError("a fork's hello is not from a new child of the zygote")
+            known.add(pid)
+            found.append((channel, pid))
+    return found
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read(4096).rpartition(b")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _is_stopped(pid: int) -> bool:
+    """Stopped, or gone (nothing left to stop)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read(4096).rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"T", b"t", b"Z", b"X")
+
+
+def _snapshot_scratch() -> bytes:
+    """The scratch directories' contents as a tar (no link followed)."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for top in SCRATCH_DIRS:
+            for name in sorted(os.listdir(top)):
+                tar.add(os.path.join(top, name), recursive=True)
+    return buffer.getvalue()
+
+
+def _restore_scratch(files: bytes) -> None:
+    """Put a snapshot back into the fresh scratch directories, as the program (_as_program):
+    the files are its own again, and the zygote writes nothing there. The tar is the zygote's
+    own, made from a tree where no entry lies under a link while every process was stopped."""
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(files), mode="r") as tar:
+        tar.extractall("/", filter="fully_trusted")
+
+
+def _start_interpreter(sock: socket.socket) -> _Member:
     channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:
@@ -1779,20 +2088,51 @@ def serve_session(sock: socket.socket) -> None:
         channel.close()
         session_interpreter(theirs)
     theirs.close()
-    pidfd = os.pidfd_open(pid)
+    return _Member(pid, os.pidfd_open(pid), channel)
+
+
+def _serve_fork(sock: socket.socket, family: _Family, message: dict[str, Any]) -> None:
+    """Answer a fork request: the new members' keys, or why there are none."""
+    try:
+        request = protocol.ForkMembers.from_wire(message)
+        if request.member not in family.members or family.members[request.member].dead():
+            raise RuntimeError(protocol.INTERPRETER_GONE)
+        if len(family.members) + request.n > MAX_MEMBERS:
+            raise RuntimeError(f"more than {MAX_MEMBERS} interpreters in one jail")
+        reply = protocol.Forked(members=tuple(family.fork(request.member, request.n)))
+    except (protocol.ProtocolError, RuntimeError, OSError) as exc:
+        reply = protocol.Forked(members=(), error=str(exc))
+    send_frame(sock, reply.to_wire())
+
+
+def serve_session(sock: socket.socket) -> None:
+    """Run cells in persistent interpreters until told to exit, or until a cell kills the last.
+
+    Notebook semantics: an interpreter (its namespace, its threads) lives from cell to cell;
+    processes a cell started are killed when the cell ends. A cell that times out, whose
+    interpreter dies, or that breaks the channel's protocol ends its interpreter (and the jail
+    with the last one) after its answer: the worker then rebuilds that session elsewhere by
+    replaying its recorded cells. Forks (`fork` requests) add interpreters: see _Family.
+    """
+    family = _Family(_start_interpreter(sock))
     while True:
         try:
             message, fds = recv_frame(sock, max_fds=4)
         except EOFError:
             break
-        if message.get("op") == "exit":
+        op = message.get("op")
+        if op in ("exit", ABORT, FORK, "drop"):
             for fd in fds:
                 os.close(fd)
-            break
-        if message.get("op") == ABORT:
-            for fd in fds:
-                os.close(fd)
-            continue  # it crossed the end of its cell on the wire: that cell is answered
+            if op == "exit":
+                break
+            if op == FORK:
+                _serve_fork(sock, family, message)
+            elif op == "drop":
+                key = message.get("member")
+                if isinstance(key, int) and key in family.members and len(family.members) > 1:
+                    family.drop(key)
+            continue  # an abort crossed the end of its cell on the wire: that cell is answered
         try:
             request = protocol.RunRequest.from_wire(message)
             if len(fds) != 4:
@@ -1802,6 +2142,28 @@ def serve_session(sock: socket.socket) -> None:
                 os.close(fd)
             why = f"malformed request: {exc}"[:_MAX_SETUP_ERROR_CHARS]
             send_frame(sock, protocol.RunReply(setup_error=why).to_wire())
+            continue
+        member = family.members.get(request.member)
+        if member is None or member.dead():
+            for fd in fds:
+                os.close(fd)
+            family.drop(request.member)
+            gone = protocol.RunReply(setup_error=protocol.INTERPRETER_GONE)
+            send_frame(sock, gone.to_wire())
+            if not family.members:
+                break
+            continue
+        try:
+            family.switch_to(request.member)
+        except (OSError, RuntimeError, ValueError) as exc:
+            # Its files could not be put back, or processes outlived SIGKILL: this member's
+            # session (all of them, for the latter) is rebuilt from its records.
+            for fd in fds:
+                os.close(fd)
+            family.drop(request.member)
+            send_frame(sock, protocol.RunReply(setup_error=protocol.INTERPRETER_GONE).to_wire())
+            if isinstance(exc, RuntimeError) or not family.members:
+                break
             continue
         failure = _as_program(_write_files, request.files) if request.files else None
         if failure is not None:
@@ -1813,24 +2175,42 @@ def serve_session(sock: socket.socket) -> None:
             )
             send_frame(sock, reply.to_wire())
             continue
+        pid, channel = member.pid, member.channel
         _drain(channel)
         started = time.monotonic()
         cpu_before = _cpu_of_process(pid)
-        send_frame(channel, {"op": "cell", "limits": request.limits.to_wire()}, fds)
+        cell = {
+            "op": "cell",
+            "limits": request.limits.to_wire(),
+            "seed": request.seed,
+            "moved": member.moved,
+        }
+        member.moved = False
+        send_frame(channel, cell, fds)
         for fd in fds:
             os.close(fd)
         reply = _supervise_cell(
-            pid, pidfd, channel, sock, started + request.limits.timeout_s, cpu_before
+            pid, member.pidfd, channel, sock, started + request.limits.timeout_s, cpu_before
         )
         # The interpreter's soft limit is its CPU so far (rounded up) plus the cell's budget.
         reached = cpu_limit_reached(reply.cpu_time_s, request.limits.cpu_time_s)
         reply = dataclasses.replace(reply, cpu_limit_reached=reached)
         if reply.session_alive:
             try:
-                reply = dataclasses.replace(reply, cpu_time_s=reply.cpu_time_s + _kill_all_but(pid))
+                extra = _kill_all_but(*family.pids())
+                reply = dataclasses.replace(reply, cpu_time_s=reply.cpu_time_s + extra)
             except RuntimeError:
                 reply = dataclasses.replace(reply, session_alive=False)
-        if not reply.session_alive:
+        ending = not reply.session_alive and len(family.members) == 1
+        if not reply.session_alive and not ending:
+            family.drop(request.member)  # the others are stopped: what runs is this member's
+            try:
+                reply = dataclasses.replace(
+                    reply, cpu_time_s=reply.cpu_time_s + _kill_all_but(*family.pids())
+                )
+            except RuntimeError:
+                ending = True
+        if ending:
             cpu = reply.cpu_time_s + _kill_everyone_else()
             reply = dataclasses.replace(reply, cpu_time_s=cpu)
         reply = dataclasses.replace(
@@ -1840,12 +2220,12 @@ def serve_session(sock: socket.socket) -> None:
             outputs=take_outputs(),
         )
         sock.sendall(protocol.reply_frame(reply)[1])
-        if not reply.session_alive:
+        if ending:
             return
     _kill_everyone_else()
 
 
-def _as_program(work: Callable[[dict[str, bytes]], None], files: dict[str, bytes]) -> str | None:
+def _as_program[T](work: Callable[[T], None], files: T) -> str | None:
     """Run `work(files)` in a child that is the program's uid (the files it writes are the
     program's to change, and the zygote writes nothing into directories the program owns);
     None, or what went wrong."""
@@ -1997,6 +2377,7 @@ def main() -> None:
     if "--matplotlib-cache" in sys.argv:
         cache = sys.argv[sys.argv.index("--matplotlib-cache") + 1]
     install_matplotlib_hooks(cache)
+    install_seed_hooks()
     make_children_std_streams()
     # Cold mode forks once, which the copy of the interpreter's code (4 ms) would not repay.
     once = "--once" in sys.argv

@@ -30,6 +30,8 @@ from sandbox_service.jail.protocol import (
     MIN_TIMEOUT_S,
     Control,
     FetchBudget,
+    Forked,
+    ForkMembers,
     ProtocolError,
     Ready,
     RunLimits,
@@ -176,8 +178,34 @@ class ZygoteJail:
         self.cgroups.add_process(self.zygote_pid)
         send_frame(ours, Control("serve").to_wire())
 
-    def run(self, spec: ExecutionSpec, cancel: Cancel | None = None) -> ZygoteReply:
-        """Run one execution; JailFailure when the zygote stops answering.
+    def fork(self, member: int, n: int, timeout_s: float | None = None) -> list[int]:
+        """Session mode: fork interpreter `member` n times; the new members' numbers.
+        JailFailure when the zygote could not (the jail stays sound) or stops answering."""
+        if self._sock is None:
+            raise JailFailure("jail not started")
+        timeout_s = 20.0 + n if timeout_s is None else timeout_s
+        try:
+            send_frame(self._sock, ForkMembers(member, n).to_wire())
+            if not select.select([self._sock], [], [], timeout_s)[0]:
+                raise JailFailure(f"zygote did not answer a fork within {timeout_s}s")
+            forked = Forked.from_wire(recv_frame(self._sock)[0])
+        except (OSError, EOFError, ProtocolError) as exc:
+            raise JailFailure(f"zygote connection lost: {exc}") from exc
+        if forked.error is not None or len(forked.members) != n:
+            raise JailFailure(f"fork failed: {forked.error}")
+        return list(forked.members)
+
+    def drop(self, member: int) -> None:
+        """Session mode: end one forked interpreter (the jail goes on for the others)."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                send_frame(self._sock, {"op": "drop", "member": member})
+
+    def run(
+        self, spec: ExecutionSpec, cancel: Cancel | None = None, member: int = 0
+    ) -> ZygoteReply:
+        """Run one execution (session mode: a cell of interpreter `member`); JailFailure when
+        the zygote stops answering.
 
         `cancel`, requested from another thread, aborts the run: the zygote kills the program's
         processes and answers as for a timeout; the jail stays sound for the next run.
@@ -212,6 +240,8 @@ class ZygoteJail:
             files=dict(spec.files),
             fetch=tuple(spec.fetch_files),
             fetch_budget=self._fetch_budget,
+            seed=spec.seed,
+            member=member,
         )
         self.runs += 1
         try:

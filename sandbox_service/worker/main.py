@@ -29,7 +29,13 @@ from sandbox_service.broker.liveness import Liveness
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.cancel import KILLED_NOTE, Cancel, never_ran
 from sandbox_service.execution import ExecutionResult, Status
-from sandbox_service.jobs import JobPayload, ResultDict, failure_result, result_to_wire
+from sandbox_service.jobs import (
+    NO_SESSION,
+    JobPayload,
+    ResultDict,
+    failure_result,
+    result_to_wire,
+)
 from sandbox_service.logs import configure_logging, fields, request_id_var
 from sandbox_service.settings import Settings, UnknownSettingError
 from sandbox_service.worker.tally import Tally
@@ -130,6 +136,10 @@ class JobRunner:
                 ended = self._end_session(job, execution_id)
                 self.tally.job_done(ended["status"])
                 return ended
+            if job.fork_to:  # as cheap: a copy of the session's records
+                forked = self._fork_session(job, execution_id)
+                self.tally.job_done(forked["status"])
+                return forked
             run, cut = within_deadline(job, started)
             if job.past_deadline(started):
                 result = ExecutionResult.failure(Status.DEADLINE_EXCEEDED, DEADLINE_NEVER_RAN)
@@ -220,6 +230,23 @@ class JobRunner:
             extra=fields(execution_id=execution_id, session=job.session_id, ended=ended),
         )
         return result_to_wire(ExecutionResult(Status.OK, ended=ended), execution_id)
+
+    def _fork_session(self, job: JobPayload, execution_id: str) -> ResultDict:
+        """Fork the session: status ok when it existed, error when it did not."""
+        assert job.session_id is not None
+        if self._sessions is None:
+            return failure_result(Status.SANDBOX_ERROR, "no sessions here", execution_id)
+        try:
+            forked = self._sessions.fork(job.session_id, job.fork_to)
+        except redis.RedisError as exc:
+            return failure_result(Status.SANDBOX_ERROR, f"session store: {exc}", execution_id)
+        log.info(
+            "session forked",
+            extra=fields(execution_id=execution_id, session=job.session_id, forks=len(job.fork_to)),
+        )
+        if not forked:
+            return result_to_wire(ExecutionResult(Status.ERROR, stderr=NO_SESSION), execution_id)
+        return result_to_wire(ExecutionResult(Status.OK), execution_id)
 
     def abandon(self, execution_id: str, job: JobPayload, reason: str) -> ResultDict:
         """The run was interrupted: tear the jail down (a fresh one serves the next job)."""

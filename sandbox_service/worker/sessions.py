@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 
 import redis
@@ -19,7 +20,8 @@ import redis
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
-from sandbox_service.jail.sessions import SessionPool
+from sandbox_service.jail.sessions import InterpreterGone, SessionPool
+from sandbox_service.jail.zygote_jail import JailFailure
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
 from sandbox_service.worker.tally import Tally
@@ -91,13 +93,13 @@ class SessionRunner:
         state = self._store.state(session_id, seen)
         if seen >= 0 and state.n != seen:
             self._drop(session_id)  # deleted, expired or continued elsewhere meanwhile
-        outcome = self._pool.run_cell(session_id, spec, state.history or (), cancel)
-        if outcome.evicted:
-            for evicted in outcome.evicted:
-                self._seen.pop(evicted, None)
-            self._store.release(outcome.evicted, self._worker)
-            self._tally.sessions_ended("evicted", len(outcome.evicted))
-            log.info("sessions evicted", extra=fields(sessions=list(outcome.evicted)))
+        try:
+            outcome = self._pool.run_cell(session_id, spec, state.history or (), cancel)
+        except InterpreterGone:  # a forked interpreter ended between its cells: rebuild it
+            self._seen.pop(session_id, None)
+            state = self._store.state(session_id, -1)
+            outcome = self._pool.run_cell(session_id, spec, state.history or (), cancel)
+        self._forget_evicted(outcome.evicted)
         result = outcome.result
         if outcome.alive:
             n = self._store.record(session_id, state.n, self._worker, RecordedCell.of(spec))
@@ -113,6 +115,14 @@ class SessionRunner:
                 result = replace(result, stderr=result.stderr + note)
         return result, outcome.restored
 
+    def _forget_evicted(self, evicted: Sequence[str]) -> None:
+        if evicted:
+            for session_id in evicted:
+                self._seen.pop(session_id, None)
+            self._store.release(evicted, self._worker)
+            self._tally.sessions_ended("evicted", len(evicted))
+            log.info("sessions evicted", extra=fields(sessions=list(evicted)))
+
     def end(self, session_id: str) -> bool:
         """End a session here and forget it in Redis; whether it existed."""
         with self._lock:
@@ -120,6 +130,39 @@ class SessionRunner:
             ended = self._store.forget(session_id) or was_live
             self._tally.sessions_ended("deleted", int(ended))
             return ended
+
+    def fork(self, session_id: str, forks: tuple[str, ...]) -> bool:
+        """Make `forks` copies of the session as it is now (behind its earlier cells, which ran
+        on this worker first); whether the session existed.
+
+        The records are copied in Redis in any case. When the session's interpreter lives
+        here and is at its records' state, it is forked too (copy-on-write, in its jail): the
+        forks are live here and owned by this worker; otherwise (or if that fork fails) each
+        fork's first cell rebuilds it from the copied records, wherever it runs.
+        """
+        with self._lock:
+            seen = self._seen.get(session_id, -1)
+            state = self._store.state(session_id, seen)
+            if state.n < 0:
+                return False
+            live = seen >= 0 and state.n == seen and self._pool.is_live(session_id)
+            if live:
+                try:
+                    evicted = self._pool.fork(session_id, forks)
+                except JailFailure as exc:
+                    log.warning("live fork failed", extra=fields(error=str(exc)))
+                    live = False
+                    for fork_id in forks:
+                        self._pool.end(fork_id)
+                else:
+                    self._forget_evicted(evicted)
+            n = self._store.fork(session_id, forks, self._worker if live else None)
+            for fork_id in forks:
+                if live and n == seen:
+                    self._seen[fork_id] = n
+                else:
+                    self._drop(fork_id)
+            return n >= 0
 
     def abandon(self, session_id: str) -> None:
         """The cell overran its job budget: kill the session's jail."""

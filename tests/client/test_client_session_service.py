@@ -14,7 +14,14 @@ import psutil
 import pytest
 from service_process import Service
 
-from trainer_client import ClientClosedError, RetryPolicy, SandboxClient, SyncSandboxClient
+from trainer_client import (
+    ClientClosedError,
+    InvalidRequestError,
+    RetryPolicy,
+    SandboxClient,
+    SandboxClientError,
+    SyncSandboxClient,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -195,3 +202,34 @@ def test_closing_leaves_no_socket_and_no_resource_warning(service: Service) -> N
         gc.collect()
     assert connections_to(service.port) == set()
     assert not [t for t in threading.enumerate() if t.name == "rl-sandbox-client"]
+
+
+async def test_a_session_forks_into_independent_copies_and_seeds_reach_cells(
+    service: Service,
+) -> None:
+    async with SandboxClient(service.url) as client:
+        async with client.session() as session:
+            await session.run("import random\nx = 41")
+            forks = await session.fork(2)
+            assert len({f.id for f in forks}) == 2 and session.id not in {f.id for f in forks}
+            await forks[0].run("x = 'changed'")
+            assert (await forks[1].run("x + 1")).stdout == "42\n"
+            assert (await session.run("x + 1")).stdout == "42\n"
+            draws = [await s.run("random.random()", seed=9) for s in (forks[1], session)]
+            assert draws[0].stdout == draws[1].stdout
+            for fork in forks:
+                assert await fork.close() is True
+        with pytest.raises(InvalidRequestError):
+            await client.fork_session("any", 0)
+
+
+def test_the_sync_session_forks(service: Service) -> None:
+    with SyncSandboxClient(service.url) as client, client.session() as session:
+        session.run("y = [1, 2]")
+        (fork,) = session.fork(1)
+        with fork:
+            fork.run("y.append(3)")
+            assert fork.run("y").stdout == "[1, 2, 3]\n"
+        assert session.run("y").stdout == "[1, 2]\n"
+        with pytest.raises(SandboxClientError, match="404"):
+            client.fork_session(fork.id, 1)

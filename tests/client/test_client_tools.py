@@ -20,6 +20,7 @@ from trainer_client import (
     parse_tool_calls,
     python_tool_schema,
     truncate_middle,
+    truncate_to_tokens,
 )
 from trainer_client.wire import ExecuteResult
 
@@ -298,3 +299,35 @@ async def test_a_jupyter_call_without_a_session_is_refused_as_text() -> None:
     text = await execute_tool_call(executor, ToolCall(JUPYTER_TOOL_NAME, {"code": "1"}))
     assert text.startswith("Error when executing tool: unknown tool 'jupyter_code'")
     assert executor.calls == []
+
+
+def _words(text: str) -> int:
+    """A stand-in tokenizer: whitespace-separated words (any text -> count callable does)."""
+    return len(text.split())
+
+
+def test_a_token_budget_keeps_head_and_tail_and_says_what_was_cut() -> None:
+    stdout = "".join(f"value {i}\n" for i in range(5000))
+    result = _result("ok", stdout=stdout, wall_time=0.5)
+    text = format_tool_response(result, max_chars=None, max_tokens=100, count_tokens=_words)
+    assert 97 <= _words(text) <= 100  # as much kept as fits
+    head, marker_and_tail = text.split("\n[... ", 1)
+    omitted, tail = marker_and_tail.split(" characters omitted ...]\n", 1)
+    assert head.startswith("Tool call success\nstdout: value 0\nvalue 1\n")
+    assert tail.endswith("value 4999\n\nexecution time: 0.50s")
+    whole = format_tool_response(result, max_chars=None)
+    assert int(omitted) == len(whole) - len(head) - len(tail)
+    assert whole.startswith(head) and whole.endswith(tail)
+
+
+def test_a_token_budget_leaves_text_that_fits_alone_and_needs_a_tokenizer() -> None:
+    result = _result("ok", stdout="42\n", wall_time=0.1)
+    plain = format_tool_response(result, max_chars=None)
+    assert format_tool_response(result, max_chars=None, max_tokens=50, count_tokens=_words) == plain
+    with pytest.raises(ValueError, match="count_tokens"):
+        format_tool_response(result, max_tokens=50)
+
+
+def test_a_budget_below_the_marker_keeps_the_longest_prefix_that_fits() -> None:
+    assert truncate_to_tokens("a b c d e f g", 2, _words) == "a b "
+    assert truncate_to_tokens("abc", 0, len) == ""

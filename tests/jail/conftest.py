@@ -39,11 +39,17 @@ def run(executor: JailExecutor) -> RunFn:
         stdin: str = "",
         files: dict[str, bytes] | None = None,
         fetch_files: tuple[str, ...] = (),
+        seed: int | None = None,
         **limit_overrides: object,
     ) -> ExecutionResult:
         limits = Limits(**{**_limits_dict(TEST_LIMITS), **limit_overrides})  # type: ignore[arg-type]
         spec = ExecutionSpec(
-            code=code, stdin=stdin, files=files or {}, fetch_files=fetch_files, limits=limits
+            code=code,
+            stdin=stdin,
+            files=files or {},
+            fetch_files=fetch_files,
+            limits=limits,
+            seed=seed,
         )
         failures = executor.jail_failures
         result = executor.run(spec)

@@ -260,6 +260,7 @@ def test_environment_is_minimal_and_fixed(run: RunFn, monkeypatch: pytest.Monkey
         "MKL_NUM_THREADS",
         "NUMEXPR_NUM_THREADS",
         "MPLBACKEND",
+        "PYTHONHASHSEED",
     }
     assert "REDIS_URL" not in names
 

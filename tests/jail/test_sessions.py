@@ -270,3 +270,21 @@ def test_session_jail_has_a_cpu_limit_and_its_cpu_time_is_the_kernels(pool: Sess
     else:
         limit = (cgroups.dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip()
     assert limit == "100000", f"the session jail has no one-core CPU limit: {limit}"
+
+
+def test_a_cells_seed_seeds_it_at_its_start_and_in_a_replay(pool: SessionPool) -> None:
+    from dataclasses import replace
+
+    pool.run_cell("s-seed-a", cell("import random\nrandom.random()"))
+    seeded = replace(cell("import numpy\nx = (random.random(), numpy.random.rand())\nx"), seed=5)
+    first = pool.run_cell("s-seed-a", seeded).result
+    assert first.status == Status.OK, first.stderr
+    pool.run_cell("s-seed-b", cell("import random"))
+    assert pool.run_cell("s-seed-b", seeded).result.stdout == first.stdout
+    # A session rebuilt from its records replays the seeded cell with its seed.
+    pool.end("s-seed-b")
+    history = (RecordedCell("import random"), RecordedCell.of(seeded))
+    rebuilt = pool.run_cell("s-seed-b", cell("x"), history)
+    assert rebuilt.restored and rebuilt.result.stdout == first.stdout
+    pool.end("s-seed-a")
+    pool.end("s-seed-b")

@@ -15,7 +15,8 @@ from tests.service.stack import Stack
 
 RESULT_FIELDS = {
     "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
-    "stderr_truncated", "wall_time", "cpu_time", "peak_memory_mb", "queue_time", "files",
+    "stderr_truncated", "stdout_bytes", "stderr_bytes", "wall_time", "cpu_time",
+    "peak_memory_mb", "queue_time", "files",
     "restored", "display", "error", "compile",
 }  # fmt: skip
 

@@ -27,6 +27,11 @@ from tests.service.test_reliability import (
 )
 
 
+def internal(session_id: str) -> str:
+    """The id the service keeps a session under: the default tenant's (no API key here)."""
+    return scoped(DEFAULT_TENANT, session_id)
+
+
 def new_session() -> str:
     return f"s-{uuid.uuid4().hex[:12]}"
 
@@ -38,11 +43,6 @@ async def cell(
     assert response.status_code == 200, response.text
     result: dict[str, object] = response.json()
     return result
-
-
-def internal(session_id: str) -> str:
-    """The id under which the service keeps a session of a server without tenants."""
-    return scoped(DEFAULT_TENANT, session_id)
 
 
 def owner(client: redis.Redis, queue: str, session_id: str) -> str:

@@ -152,6 +152,25 @@ async def test_the_session_quota_is_429_until_a_session_ends(
     assert (await http.delete("/sessions/q3", headers=ALPHA)).status_code == 204
 
 
+async def test_forks_count_in_the_session_quota(http: httpx.AsyncClient) -> None:
+    assert (await run(http, OMEGA, "x = 1", session_id="fp")).status_code == 200
+    # Two forks would make three sessions of a quota of two: refused, nothing made or counted.
+    over = await http.post("/sessions/fp/fork", json={"n": 2}, headers=OMEGA)
+    assert over.status_code == 429 and "sessions" in over.json()["detail"], over.text
+    made = await http.post("/sessions/fp/fork", json={"n": 1}, headers=OMEGA)
+    assert made.status_code == 200, made.text
+    (fork,) = made.json()["session_ids"]
+    third = await run(http, OMEGA, "x = 1", session_id="fq")
+    assert third.status_code == 429 and "sessions" in third.json()["detail"]
+    # A fork of an unknown session is 404 and leaves nothing counted.
+    assert (await http.delete(f"/sessions/{fork}", headers=OMEGA)).status_code == 204
+    missing = await http.post("/sessions/no-such/fork", json={"n": 1}, headers=OMEGA)
+    assert missing.status_code == 404, missing.text
+    assert (await run(http, OMEGA, "x = 1", session_id="fq")).status_code == 200
+    for name in ("fp", "fq"):
+        assert (await http.delete(f"/sessions/{name}", headers=OMEGA)).status_code == 204
+
+
 async def batch(
     http: httpx.AsyncClient, headers: dict[str, str], codes: list[str]
 ) -> httpx.Response:

@@ -26,7 +26,8 @@ def test_the_wire_model_has_exactly_the_record_fields() -> None:
 def test_a_full_record_round_trips_through_the_wire_model() -> None:
     record = ExecutionResult(
         status=Status.MEMORY_LIMIT, exit_code=None, signal=9, stdout="a", stderr="b",
-        stdout_truncated=True, stderr_truncated=False, wall_time=1.5, cpu_time=0.25,
+        stdout_truncated=True, stderr_truncated=False, stdout_bytes=70000, stderr_bytes=1,
+        wall_time=1.5, cpu_time=0.25,
         peak_memory_mb=12.5, files={"out.bin": b"\x00\xff"}, execution_id="e1",
         queue_time=0.125, restored=True,
     )  # fmt: skip

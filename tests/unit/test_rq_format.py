@@ -4,6 +4,7 @@ are compared, never sent)."""
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from typing import Any
@@ -88,7 +89,9 @@ def _lists(commands: list[Any], at_front: bool) -> dict[str, list[str]]:
 
 def _jobs() -> list[NewJob]:
     plain = JobPayload(code="print(1)", request_id="req-1", reply_to="q:reply:a", admitted_at=1.5)
-    cell = JobPayload(code="x = 1", session_id="s", files={"a.txt": "aGk="}, attempt=2)
+    cell = JobPayload(
+        code="x = 1", session_id="s", files={"a.txt": "aGk="}, attempt=2, seed=2**32 - 1
+    )
     return [
         NewJob("x1", plain, 39.2),
         NewJob("x2", cell, 700.0, queue=keys.worker_queue(QUEUE, "w1")),
@@ -133,3 +136,9 @@ def test_rq_reads_the_hash_as_its_job() -> None:
     assert job.origin == QUEUE and job.timeout == 40 and job.description == "req-1"
     assert job.get_status(refresh=False) == "queued"
     assert job.created_at is not None and job.enqueued_at is not None
+
+
+def test_a_payload_survives_its_wire_form() -> None:
+    fork = JobPayload(code="", session_id="t/s", fork_to=("t/fork-1", "t/fork-2"), timeout_s=1.0)
+    for payload in (*(job.payload for job in _jobs()), fork):
+        assert JobPayload.from_wire(json.loads(json.dumps(payload.to_wire()))) == payload
