@@ -13,7 +13,7 @@ FIELDS = {
     "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated",
     "stderr_truncated", "stdout_bytes", "stderr_bytes", "wall_time", "cpu_time",
     "peak_memory_mb", "queue_time", "files",
-    "restored", "display", "error",
+    "restored", "display", "error", "compile",
 }  # fmt: skip
 
 
