@@ -6,17 +6,14 @@ them: the drivers (tests/compat/drivers/) talk to the service over HTTP only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-PYTHON_VERSION = "3.12"
+from tests.cached_env import cached_python
+
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 E2B_REQUIREMENTS = ("e2b-code-interpreter>=2.9", "e2b>=2.6")
 E2B_OLDEST = ("e2b-code-interpreter==2.9.0", "e2b==2.26.0")
@@ -31,39 +28,9 @@ paths never touch."""
 SANDBOXFUSION_PEERS_NO_DEPS = ("tinker-cookbook==0.6.1", "skyrl==0.4.0")
 
 
-def _uv() -> str:
-    beside = Path(sys.executable).parent / "uv"
-    found = str(beside) if beside.exists() else shutil.which("uv")
-    assert found, "uv is needed (make setup installs it into .venv)"
-    return found
-
-
-def _run(args: list[str]) -> None:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{args}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-
-
 def client_python(name: str, requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
     """The interpreter of the cached client environment `name`, built on first use."""
-    key = hashlib.sha256("\n".join((PYTHON_VERSION, *requirements, *no_deps)).encode()).hexdigest()
-    venv = Path.home() / ".cache" / "rl-sandbox" / f"{name}-env-{key[:12]}"
-    python = venv / "bin" / "python"
-    if (venv / ".complete").exists():
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    interpreter = subprocess.run(
-        [str(REPO / "scripts" / "find-python.sh"), PYTHON_VERSION],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    uv = _uv()
-    _run([uv, "venv", "-q", "--python", interpreter, str(venv)])
-    _run([uv, "pip", "install", "-q", "--python", str(python), *requirements])
-    if no_deps:
-        _run([uv, "pip", "install", "-q", "--python", str(python), "--no-deps", *no_deps])
-    (venv / ".complete").write_text("\n".join((*requirements, *no_deps)) + "\n")
-    return python
+    return cached_python(name, requirements, no_deps)
 
 
 def run_driver(

@@ -9,15 +9,12 @@ trainer_client/, and the environment holds httpx and pydantic as the light insta
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-PYTHON_VERSION = "3.12"
+from tests.cached_env import REPO, cached_python
+
 REQUIREMENTS = (
     "verl==0.9.1",
     "trl==1.16.0",
@@ -39,38 +36,9 @@ REQUIREMENTS = (
 NO_DEPS = ("openrlhf==0.11.2",)
 
 
-def _uv() -> str:
-    beside = Path(sys.executable).parent / "uv"
-    found = str(beside) if beside.exists() else shutil.which("uv")
-    assert found, "uv is needed (make setup installs it into .venv)"
-    return found
-
-
-def _run(args: list[str]) -> None:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, f"{args}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-
-
 def trainer_python() -> Path:
     """The interpreter of the trainers' environment, built on first use."""
-    key = hashlib.sha256("\n".join((PYTHON_VERSION, *REQUIREMENTS, *NO_DEPS)).encode()).hexdigest()
-    venv = Path.home() / ".cache" / "rl-sandbox" / f"trainer-env-{key[:12]}"
-    python = venv / "bin" / "python"
-    if (venv / ".complete").exists():
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    interpreter = subprocess.run(
-        [str(REPO / "scripts" / "find-python.sh"), PYTHON_VERSION],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    uv = _uv()
-    _run([uv, "venv", "-q", "--python", interpreter, str(venv)])
-    _run([uv, "pip", "install", "-q", "--python", str(python), *REQUIREMENTS])
-    _run([uv, "pip", "install", "-q", "--python", str(python), "--no-deps", *NO_DEPS])
-    (venv / ".complete").write_text("\n".join((*REQUIREMENTS, *NO_DEPS)) + "\n")
-    return python
+    return cached_python("trainer", REQUIREMENTS, NO_DEPS)
 
 
 def client_only_path(folder: Path) -> Path:
