@@ -53,7 +53,11 @@ def test_new_sandbox_validation() -> None:
     spec = e2b.parse_new_sandbox(b'{"templateID": "code-interpreter-v1", "timeout": 99999}', 1800)
     assert isinstance(spec, e2b.NewSandbox) and spec.timeout_s == 1800  # clamped to the session TTL
     assert e2b.parse_new_sandbox(b"", 1800) == e2b.NewSandbox(e2b.DEFAULT_TEMPLATE, 300)
+    huge = b"1" + b"0" * 400  # an integer no float holds
+    assert e2b.parse_timeout(b'{"timeout": ' + huge + b"}", 1800) == 1800
     for body, code in [
+        (b'{"timeout": -' + huge + b"}", 400),
+        (b'{"timeout": NaN}', 400),
         (b"[]", 400),
         (b"{", 400),
         (b'{"templateID": "my-gpu-image"}', 404),
