@@ -79,6 +79,11 @@ def test_cell_validation() -> None:
     assert isinstance(interpreter.parse_cell(b'{"code": 1}'), e2b.ApiError)
     missing = interpreter.parse_cell(b'{"code": "1", "context_id": "../x"}')
     assert isinstance(missing, e2b.ApiError) and missing.code == 404
+    for language in (b'["python"]', b'{"a": 1}'):
+        cell = interpreter.parse_cell(b'{"code": "1", "language": ' + language + b"}")
+        assert isinstance(cell, e2b.ApiError) and cell.code == 400, language
+        context = interpreter.parse_new_context(b'{"language": ' + language + b"}")
+        assert isinstance(context, e2b.ApiError) and context.code == 400, language
 
 
 @pytest.mark.parametrize(
