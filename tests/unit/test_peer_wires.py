@@ -234,6 +234,16 @@ def test_open_instruct_clamps_the_timeout() -> None:
     )
 
 
+def test_mcp_tool_timeouts_are_finite_and_clamped() -> None:
+    from sandbox_service.api.compat import mcp_content
+
+    def limit(timeout: float) -> float:
+        return mcp_content.tool_timeout(timeout, 10.0, 60.0)
+
+    assert limit(float("nan")) == 10.0
+    assert (limit(float("inf")), limit(float("-inf")), limit(5.0)) == (60.0, 0.1, 5.0)
+
+
 def test_mcp_tool_content() -> None:
     from sandbox_service.api.compat import mcp_content
 
