@@ -1,4 +1,5 @@
-"""The pure mappings of the E2B and NeMo-Skills wires (api/compat/e2b.py, nemo.py)."""
+"""The pure mappings of the E2B, NeMo-Skills and open-instruct wires (api/compat/e2b.py,
+nemo.py, openinstruct.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import pytest
 
-from sandbox_service.api.compat import e2b, nemo
+from sandbox_service.api.compat import e2b, nemo, openinstruct
 from sandbox_service.api.compat import e2b_interpreter as interpreter
 from trainer_client.wire import ExecuteResult
 
@@ -52,7 +53,11 @@ def test_new_sandbox_validation() -> None:
     spec = e2b.parse_new_sandbox(b'{"templateID": "code-interpreter-v1", "timeout": 99999}', 1800)
     assert isinstance(spec, e2b.NewSandbox) and spec.timeout_s == 1800  # clamped to the session TTL
     assert e2b.parse_new_sandbox(b"", 1800) == e2b.NewSandbox(e2b.DEFAULT_TEMPLATE, 300)
+    huge = b"1" + b"0" * 400  # an integer no float holds
+    assert e2b.parse_timeout(b'{"timeout": ' + huge + b"}", 1800) == 1800
     for body, code in [
+        (b'{"timeout": -' + huge + b"}", 400),
+        (b'{"timeout": NaN}', 400),
         (b"[]", 400),
         (b"{", 400),
         (b'{"templateID": "my-gpu-image"}', 404),
@@ -74,6 +79,11 @@ def test_cell_validation() -> None:
     assert isinstance(interpreter.parse_cell(b'{"code": 1}'), e2b.ApiError)
     missing = interpreter.parse_cell(b'{"code": "1", "context_id": "../x"}')
     assert isinstance(missing, e2b.ApiError) and missing.code == 404
+    for language in (b'["python"]', b'{"a": 1}'):
+        cell = interpreter.parse_cell(b'{"code": "1", "language": ' + language + b"}")
+        assert isinstance(cell, e2b.ApiError) and cell.code == 400, language
+        context = interpreter.parse_new_context(b'{"language": ' + language + b"}")
+        assert isinstance(context, e2b.ApiError) and context.code == 400, language
 
 
 @pytest.mark.parametrize(
@@ -188,6 +198,50 @@ def test_nemo_requests_and_answers() -> None:
         "stderr": "Execution timed out after 30 seconds\n",
         "new_session_created": False,
     }
+
+
+HOSTILE_NEMO = [
+    b'{"generated_code": "print(1)\\udc80", "language": "python"}',
+    b'{"generated_code": "print(1)", "language": "python", "std_input": "\\udc80"}',
+    b'{"generated_code": "print(1)", "language": ["python"]}',
+    b'{"generated_code": "print(1)", "language": {"a": 1}}',
+    b'{"generated_code": "print(1)", "language": "python", "timeout": 1' + b"0" * 400 + b"}",
+    b'{"generated_code": "print(1)", "language": "python", "timeout": -1' + b"0" * 400 + b"}",
+    b'{"generated_code": "print(1)", "language": "python", "timeout": NaN}',
+]
+HOSTILE_OPEN_INSTRUCT = [
+    b'{"code": "print(1)\\udc80"}',
+    b'{"code": "print(1)", "timeout": 1' + b"0" * 400 + b"}",
+    b'{"code": "print(1)", "timeout": Infinity}',
+]
+
+
+@pytest.mark.parametrize("body", HOSTILE_NEMO, ids=range(len(HOSTILE_NEMO)))
+def test_nemo_refuses_unencodable_text_odd_languages_and_huge_numbers(body: bytes) -> None:
+    refused = nemo.parse_call(body, None, 30)
+    assert isinstance(refused, dict) and refused["process_status"] == "error", refused
+
+
+@pytest.mark.parametrize("body", HOSTILE_OPEN_INSTRUCT, ids=range(len(HOSTILE_OPEN_INSTRUCT)))
+def test_open_instruct_refuses_unencodable_code_and_huge_numbers(body: bytes) -> None:
+    refused = openinstruct.parse_call(body, 30)
+    assert isinstance(refused, dict) and refused["success"] is False, refused
+
+
+def test_open_instruct_clamps_the_timeout() -> None:
+    assert openinstruct.parse_call(b'{"code": "1", "timeout": 100}', 30) == (
+        openinstruct.ToolCall("1", 30.0)
+    )
+
+
+def test_mcp_tool_timeouts_are_finite_and_clamped() -> None:
+    from sandbox_service.api.compat import mcp_content
+
+    def limit(timeout: float) -> float:
+        return mcp_content.tool_timeout(timeout, 10.0, 60.0)
+
+    assert limit(float("nan")) == 10.0
+    assert (limit(float("inf")), limit(float("-inf")), limit(5.0)) == (60.0, 0.1, 5.0)
 
 
 def test_mcp_tool_content() -> None:

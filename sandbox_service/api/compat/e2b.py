@@ -218,7 +218,9 @@ def _timeout(value: object, default: int, max_timeout_s: int) -> int | ApiError:
     `session_ttl_s` after its last cell; a sandbox may not promise longer)."""
     if value is None:
         return min(default, max_timeout_s)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ApiError(400, "timeout must be a number of seconds")
+    if isinstance(value, float) and not math.isfinite(value):  # an int of any size compares
         return ApiError(400, "timeout must be a number of seconds")
     if value < 0:
         return ApiError(400, "timeout must not be negative")

@@ -54,7 +54,7 @@ def parse_cell(raw: bytes) -> Cell | ApiError:
     context_id = body.get("context_id")
     if language is not None and context_id is not None:
         return ApiError(400, "give context_id or language, not both")
-    if language is not None and language not in LANGUAGES:
+    if language is not None and (not isinstance(language, str) or language not in LANGUAGES):
         return ApiError(400, f"language {str(language)[:32]!r} is not supported; only python")
     if context_id is None:
         context_id = DEFAULT_CONTEXT
@@ -85,7 +85,7 @@ def parse_new_context(raw: bytes) -> tuple[str, str] | ApiError:
     if isinstance(body, ApiError):
         return body
     language = body.get("language") or "python"
-    if language not in LANGUAGES:
+    if not isinstance(language, str) or language not in LANGUAGES:
         return ApiError(400, f"language {str(language)[:32]!r} is not supported; only python")
     cwd = body.get("cwd") or HOME
     if cwd != HOME and not (isinstance(cwd, str) and cwd.rstrip("/") == HOME):

@@ -7,6 +7,8 @@ The text a model reads: stdout (a session cell's last expression is printed ther
 
 from __future__ import annotations
 
+import math
+
 from sandbox_service.execution import Status
 from trainer_client.wire import ExecuteResult
 
@@ -19,6 +21,17 @@ STATELESS_DESCRIPTION = (
     "Run a Python 3 program in a fresh sandbox (no network, nothing kept between calls); "
     "answers what it prints, its errors, and matplotlib figures as images."
 )
+
+
+MIN_TOOL_TIMEOUT_S = 0.1
+
+
+def tool_timeout(timeout: float, default_s: float, max_timeout_s: float) -> float:
+    """The time limit of a tool call: the asked one clamped to [0.1 s, max_timeout_s]; the
+    default for NaN (JSON-RPC arguments may carry NaN or Infinity, and a NaN limit never ends)."""
+    if math.isnan(timeout):
+        timeout = default_s
+    return min(max(timeout, MIN_TOOL_TIMEOUT_S), max_timeout_s)
 
 
 def tool_text(result: ExecuteResult) -> str:

@@ -74,7 +74,7 @@ def build_server(run: RunCode, max_timeout_s: float, process_session: str = "") 
         return session_name(mcp_session)
 
     def limit(timeout: float) -> float:
-        return min(max(timeout, 0.1), max_timeout_s)
+        return mcp_content.tool_timeout(timeout, DEFAULT_TIMEOUT_S, max_timeout_s)
 
     @server.tool(name="python", description=mcp_content.TOOL_DESCRIPTION, structured_output=False)
     async def python(

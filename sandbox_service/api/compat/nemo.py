@@ -64,6 +64,27 @@ def answer(status: str, stdout: str = "", stderr: str = "") -> dict[str, Any]:
     }
 
 
+def encodable(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (JSON lets a lone surrogate through)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def seconds(value: object) -> float | None:
+    """A JSON number as a finite float, or None (not a number, NaN, Infinity, or an integer
+    too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return None
+    return as_float if math.isfinite(as_float) else None
+
+
 def parse_call(
     body: bytes, session_header: str | None, max_timeout_s: float
 ) -> NemoCall | dict[str, Any]:
@@ -73,21 +94,21 @@ def parse_call(
     except (ValueError, RecursionError):
         return answer("error", stderr="the body is not valid JSON\n")
     code = data.get("generated_code")
-    if not isinstance(code, str):
-        return answer("error", stderr="generated_code must be a string\n")
+    if not isinstance(code, str) or not encodable(code):
+        return answer("error", stderr="generated_code must be a string of valid Unicode\n")
     language = data.get("language", STATEFUL)
-    if language != STATEFUL and language not in STATELESS:
+    if not isinstance(language, str) or (language != STATEFUL and language not in STATELESS):
         why = f"language {str(language)[:32]!r} is not supported here; use ipython or python\n"
         return answer("error", stderr=why)
-    timeout = data.get("timeout", 10.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        return answer("error", stderr="timeout must be a number of seconds\n")
-    if not math.isfinite(timeout) or timeout <= 0:
+    timeout = seconds(data.get("timeout", 10.0))
+    if timeout is None:
+        return answer("error", stderr="timeout must be a finite number of seconds\n")
+    if timeout <= 0:
         return answer("error", stderr="timeout must be greater than 0\n")
     stdin = data.get("std_input", "") or ""
     limit = data.get("max_output_characters", 1000)
-    if not isinstance(stdin, str):
-        return answer("error", stderr="std_input must be a string\n")
+    if not isinstance(stdin, str) or not encodable(stdin):
+        return answer("error", stderr="std_input must be a string of valid Unicode\n")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         return answer("error", stderr="max_output_characters must be a non-negative integer\n")
     if language == STATEFUL and not session_header:
@@ -97,7 +118,7 @@ def parse_call(
         return answer("error", stderr=why)
     return NemoCall(
         code=code,
-        timeout_s=min(float(timeout), max_timeout_s),
+        timeout_s=min(timeout, max_timeout_s),
         stateful=language == STATEFUL,
         stdin=stdin,
         max_output_characters=limit,

@@ -9,10 +9,10 @@ as the tool's reference server runs it.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_service.api.compat.nemo import encodable, seconds
 from sandbox_service.execution import Status
 from trainer_client.wire import ExecuteResult
 
@@ -35,12 +35,14 @@ def parse_call(body: bytes, max_timeout_s: float) -> ToolCall | dict[str, Any]:
         return answer("", "the body is not valid JSON")
     if not isinstance(data, dict) or not isinstance(data.get("code"), str):
         return answer("", "code must be a string")
-    timeout = data.get("timeout", 3)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        return answer("", "timeout must be a number of seconds")
-    if not math.isfinite(timeout) or timeout <= 0:
+    if not encodable(data["code"]):
+        return answer("", "code must be valid Unicode (no lone surrogates)")
+    timeout = seconds(data.get("timeout", 3))
+    if timeout is None:
+        return answer("", "timeout must be a finite number of seconds")
+    if timeout <= 0:
         return answer("", "timeout must be greater than 0")
-    return ToolCall(data["code"], min(float(timeout), max_timeout_s))
+    return ToolCall(data["code"], min(timeout, max_timeout_s))
 
 
 def answer(output: str, error: str | None) -> dict[str, Any]:
