@@ -57,6 +57,9 @@ class JobPayload:
     """Not a cell: end the session `session_id` (free its interpreter, forget its cells)."""
     seed: int | None = None
     """Seeds the jail's preloaded random generators (None: fresh entropy)."""
+    output_bytes: int = 0
+    """The stdout/stderr cap of a job the service itself writes (`/verify`'s checker, whose
+    verdict lines must fit whatever `max_output_bytes` is); 0: the host's cap. Never a client's."""
     fork_to: tuple[str, ...] = ()
     """Not a cell: fork the session `session_id` into these new sessions (internal ids)."""
     group: str | None = None
@@ -94,6 +97,8 @@ class JobPayload:
             wire["e"] = 1
         if self.seed is not None:
             wire["sd"] = self.seed
+        if self.output_bytes:
+            wire["ob"] = self.output_bytes
         if self.fork_to:
             wire["fk"] = list(self.fork_to)
         if self.group is not None:
@@ -130,6 +135,7 @@ class JobPayload:
             attempt=int(wire.get("n", 1)),
             end_session=bool(wire.get("e", 0)),
             seed=None if wire.get("sd") is None else int(wire["sd"]),
+            output_bytes=int(wire.get("ob", 0)),
             fork_to=tuple(str(child) for child in wire.get("fk", ())),
             group=wire.get("g"),
             deadline=float(wire.get("dl", 0.0)),
@@ -175,7 +181,12 @@ class JobPayload:
             stdin=self.stdin,
             files={path: base64.b64decode(data) for path, data in self.files.items()},
             fetch_files=self.fetch_files,
-            limits=replace(limits, timeout_s=self.timeout_s, memory_mb=self.memory_mb),
+            limits=replace(
+                limits,
+                timeout_s=self.timeout_s,
+                memory_mb=self.memory_mb,
+                max_output_bytes=self.output_bytes or limits.max_output_bytes,
+            ),
             execution_id=execution_id,
             seed=self.seed,
         )

@@ -88,12 +88,17 @@ class VerifyPlan:
     """Item indices of each job."""
 
 
-def items_per_job(item_timeout_s: float, max_timeout_s: float, max_output_bytes: int) -> int:
-    """Most items one job may hold so that its program limit stays within max_timeout_s and its
-    verdict lines within max_output_bytes; 0 when even one does not fit."""
+def items_per_job(item_timeout_s: float, max_timeout_s: float) -> int:
+    """Most items one job may hold so that its program limit stays within max_timeout_s; 0 when
+    even one does not fit. Its verdict lines get their own output cap (job_output_bytes)."""
     by_time = int((max_timeout_s - VERIFY_STARTUP_S) // (item_timeout_s + VERIFY_ITEM_SLACK_S))
-    by_output = max_output_bytes // LINE_BUDGET_BYTES
-    return max(0, min(by_time, by_output, VERIFY_MAX_ITEMS_PER_JOB))
+    return max(0, min(by_time, VERIFY_MAX_ITEMS_PER_JOB))
+
+
+def job_output_bytes(items: int) -> int:
+    """The output cap of a job of `items` items: room for each verdict line, whatever the
+    server's max_output_bytes for programs is."""
+    return items * LINE_BUDGET_BYTES
 
 
 def plan(items: Sequence[VerifyItem], per_job: int) -> VerifyPlan:

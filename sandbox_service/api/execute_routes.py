@@ -85,7 +85,7 @@ async def execute(http_request: Request) -> Response:
 async def execute_batch(http_request: Request, ctx: Context) -> Response:
     """Run several programs in parallel across workers; results come back in request order."""
     batch = parse_body(BatchRequest, await http_request.body())
-    problems = check_batch(batch, ctx.settings)
+    problems = check_batch(batch, ctx.settings, tenant_var.get().max_in_flight)
     if problems:
         raise RequestValidationError(problems)
     results = await ctx.run([to_payload(r) for r in batch.requests], "/execute/batch")

@@ -65,14 +65,20 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def check_batch(batch: BatchRequest, settings: Settings) -> list[Problem]:
-    """Problems of a batch, each naming the index of its item."""
-    if len(batch.requests) > settings.max_batch:
+def check_batch(
+    batch: BatchRequest, settings: Settings, max_in_flight: int | None = None
+) -> list[Problem]:
+    """Problems of a batch, each naming the index of its item. `max_in_flight`: the caller's
+    tenant's quota of calls in flight; a batch over it could never be admitted (a 429 would be
+    retried forever), so it is refused as invalid."""
+    most = settings.max_batch if max_in_flight is None else min(settings.max_batch, max_in_flight)
+    if len(batch.requests) > most:
+        why = "" if most == settings.max_batch else " for this key (its quota of calls in flight)"
         return [
             {
                 "type": "too_long",
                 "loc": ["body", "requests"],
-                "msg": f"a batch holds at most {settings.max_batch} requests",
+                "msg": f"a batch holds at most {most} requests{why}",
                 "input": None,
             }
         ]

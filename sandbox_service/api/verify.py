@@ -61,9 +61,7 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
     )
     async def verify(request: VerifyRequest) -> VerifyResponse:
         """Check answers against references (mathematical equivalence), in the workers' jails."""
-        per_job = verification.items_per_job(
-            request.timeout, settings.max_timeout, settings.max_output_bytes
-        )
+        per_job = verification.items_per_job(request.timeout, settings.max_timeout)
         problems = []
         if per_job < 1:
             longest = settings.max_timeout - VERIFY_STARTUP_S - VERIFY_ITEM_SLACK_S
@@ -97,6 +95,7 @@ def verify_router(settings: Settings, run: RunPayloads) -> APIRouter:
                 ),
                 timeout_s=verify_job_timeout_s(len(job), request.timeout),
                 memory_mb=VERIFY_MEMORY_MB,
+                output_bytes=verification.job_output_bytes(len(job)),
                 request_id=request_id_var.get(),
             )
             for job in planned.jobs

@@ -197,3 +197,16 @@ async def test_a_flooding_tenant_neither_fills_the_queue_nor_the_workers_for_the
     assert redis_client.llen(alpha_queue) >= 2, "omega waited behind alpha's backlog"
     results = [r for response in (await first, await second) for r in response.json()["results"]]
     assert [r["stdout"] for r in results] == [f"{i}\n" for i in range(6)]
+
+
+async def test_a_batch_over_the_tenants_in_flight_quota_is_invalid_not_overloaded(
+    http: httpx.AsyncClient,
+) -> None:
+    body = {"requests": [{"code": f"print({i})"} for i in range(3)]}
+    refused = await http.post("/execute/batch", json=body, headers=OMEGA)
+    assert refused.status_code == 422, refused.text  # a 429 would be retried forever
+    (problem,) = refused.json()["detail"]
+    assert problem["loc"] == ["body", "requests"] and "at most 2" in problem["msg"]
+    served = await http.post("/execute/batch", json=body, headers=ALPHA)
+    assert served.status_code == 200
+    assert [r["stdout"] for r in served.json()["results"]] == ["0\n", "1\n", "2\n"]

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from sandbox_service.cancel import GROUP_CANCELLED, never_ran
+from sandbox_service.execution import Limits
 from sandbox_service.jobs import JobPayload
 from sandbox_service.worker.main import within_deadline
 from trainer_client.wire import ExecuteRequest
@@ -55,3 +56,10 @@ def test_a_group_label_is_1_to_128_of_the_documented_characters(group: str) -> N
 def test_a_cancelled_job_that_never_ran_says_why() -> None:
     assert "its group was cancelled" in never_ran(GROUP_CANCELLED)
     assert "never ran" in never_ran("anything else")
+
+
+def test_a_service_written_job_carries_its_own_output_cap_and_a_client_job_the_hosts() -> None:
+    host = Limits(max_output_bytes=64)
+    verifier = JobPayload.from_wire(JobPayload(code="x", output_bytes=10240).to_wire())
+    assert verifier.to_spec("a", host).limits.max_output_bytes == 10240
+    assert JobPayload(code="x").to_spec("b", host).limits.max_output_bytes == 64

@@ -31,12 +31,13 @@ def test_items_that_need_no_checker_are_answered_and_the_rest_spread_evenly() ->
     assert {x.verdict for x in planned.answered.values()} == {"invalid"}
 
 
-def test_a_job_fits_the_servers_time_and_output_limits() -> None:
-    per_job = v.items_per_job(5.0, 60.0, 65536)
+def test_a_job_fits_the_servers_time_limit_and_its_lines_their_own_output_cap() -> None:
+    per_job = v.items_per_job(5.0, 60.0)
     assert 1 <= per_job <= VERIFY_MAX_ITEMS_PER_JOB
     assert verify_job_timeout_s(per_job, 5.0) <= 60.0
-    assert v.items_per_job(5.0, 60.0, 2 * v.LINE_BUDGET_BYTES) == 2
-    assert v.items_per_job(55.0, 60.0, 65536) == 0  # one item and the import do not fit
+    assert v.items_per_job(55.0, 60.0) == 0  # one item and the import do not fit
+    # Each verdict line has its budget, whatever the server's max_output_bytes for programs.
+    assert v.job_output_bytes(per_job) == per_job * v.LINE_BUDGET_BYTES
 
 
 def test_only_well_formed_verdict_lines_count() -> None:
