@@ -152,7 +152,7 @@ class ExecuteRequest(BaseModel):
     session_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     files: dict[str, str] = Field(default_factory=dict)
     fetch_files: list[str] = Field(default_factory=list)
-    seed: Annotated[int, Field(ge=0, lt=SEED_BOUND)] | None = None
+    seed: Annotated[int, Field(ge=0, lt=SEED_BOUND, strict=True)] | None = None
     """Seeds the generators the jail preloads (random, numpy.random's global state, sympy's,
     mpmath's through random) at the start of the run or cell; null: fresh entropy per run."""
     group: Annotated[str, Field(pattern=GROUP_PATTERN)] | None = None

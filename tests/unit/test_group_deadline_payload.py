@@ -63,3 +63,10 @@ def test_a_service_written_job_carries_its_own_output_cap_and_a_client_job_the_h
     verifier = JobPayload.from_wire(JobPayload(code="x", output_bytes=10240).to_wire())
     assert verifier.to_spec("a", host).limits.max_output_bytes == 10240
     assert JobPayload(code="x").to_spec("b", host).limits.max_output_bytes == 64
+
+
+@pytest.mark.parametrize("seed", ["true", "1.0", '"1"', "-1", "4294967296"])
+def test_a_seed_is_an_integer_in_range_and_nothing_else(seed: str) -> None:
+    with pytest.raises(ValidationError):
+        ExecuteRequest.model_validate_json('{"code": "x", "seed": ' + seed + "}")
+    assert ExecuteRequest.model_validate_json('{"code": "x", "seed": 4294967295}').seed == 2**32 - 1
