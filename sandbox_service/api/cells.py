@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -42,6 +43,10 @@ T = TypeVar("T")
 PROBE_INTERVAL_S = 1.0
 """How often each cell's Redis and live workers are read."""
 PROBE_TIMEOUT_S = 2.0
+CELL_LOST_AFTER_S = 5.0
+"""A cell whose Redis fails the probes this long has its calls in flight answered sandbox_error
+(retryable: a retry goes to a cell up). A single cell waits for its Redis instead, as nowhere
+else could run them; a shorter blip is survived the same way here."""
 
 
 def session_cell(session_id: str, cells: int) -> int:
@@ -78,6 +83,7 @@ class Cells:
         self._up = [True] * len(urls)
         self._workers = [0] * len(urls)
         self._why = [""] * len(urls)
+        self._down_since = [0.0] * len(urls)
         self._draining = False
         self._probe: asyncio.Task[None] | None = None
 
@@ -143,13 +149,19 @@ class Cells:
         try:
             workers = await asyncio.wait_for(self.cells[i].live_workers(), PROBE_TIMEOUT_S)
         except (RedisError, OSError, TimeoutError) as exc:
-            if self._up[i]:
+            now = time.monotonic()
+            if self._up[i] or not self._down_since[i]:
                 log.warning("cell %d down: %s", i, exc)
+                self._down_since[i] = now
             self._up[i], self._why[i] = False, f"redis unreachable: {exc or type(exc).__name__}"
+            lost = self.cells[i]
+            if now - self._down_since[i] >= CELL_LOST_AFTER_S and lost.in_flight:
+                log.warning("cell %d lost: answering its %d calls in flight", i, lost.in_flight)
+                lost.awaiter.fail_all(f"cell {i} lost its Redis; retry")
             return
         if not self._up[i]:
             log.info("cell %d back", i)
-        self._up[i], self._workers[i] = True, workers
+        self._up[i], self._workers[i], self._down_since[i] = True, workers, 0.0
         self._why[i] = "" if workers else "no live worker"
 
     # --- execution ---
@@ -188,6 +200,7 @@ class Cells:
         except Unavailable as exc:
             if not self._draining and "redis" in str(exc):
                 self._up[cell], self._why[cell] = False, str(exc)  # until a probe sees it back
+                self._down_since[cell] = self._down_since[cell] or time.monotonic()
             raise
 
     def _session_dispatcher(self, session_id: str) -> Dispatcher:
