@@ -181,7 +181,20 @@ class Cells:
             parts.setdefault(self._cell_of(payload, stateless), []).append(index)
         if len(parts) == 1:
             (cell,) = parts
-            return await self._submit_in(cell, payloads)
+            try:
+                return await self._submit_in(cell, payloads)
+            except Unavailable:
+                # Stateless work refused by a cell whose Redis failed: once more on another.
+                # (Stateless calls are at least once already: a Redis restart resubmits them.)
+                retry = least_loaded([c.in_flight for c in self.cells], self._workers, self._up)
+                if (
+                    any(p.session_id is not None for p in payloads)
+                    or retry == cell
+                    or not self._up[retry]
+                    or self._draining
+                ):
+                    raise
+                return await self._submit_in(retry, payloads)
         answers = await asyncio.gather(
             *(
                 self._submit_in(cell, [payloads[i] for i in indices])

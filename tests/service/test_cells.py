@@ -174,3 +174,27 @@ async def test_losing_one_cells_redis_keeps_the_service_up(
     await asyncio.sleep(2.5)  # the probe has seen it down
     after = await asyncio.gather(*(_execute(http, {"code": "print(1)"}) for _ in range(6)))
     assert [a.json()["stdout"] for a in after] == ["1\n"] * 6, [a.text for a in after]
+
+
+async def test_the_lost_cell_rejoins_when_its_redis_returns(
+    cells: TwoCells, http: httpx.AsyncClient
+) -> None:
+    lost = cells.servers[1]
+    cells.servers[1] = start_redis_server(port=lost.port)  # empty, on the address it had
+    cells.clients[1] = redis.Redis.from_url(cells.servers[1].url)
+    deadline = time.monotonic() + 60
+    while "2 of 2 cells ready" not in (await http.get("/readyz")).text:
+        assert time.monotonic() < deadline, (await http.get("/readyz")).text
+        await asyncio.sleep(0.5)
+    code = "import time\ntime.sleep(0.3)\nprint(6 * 7)"
+    # The first admission on the cell's old connection may fail (and go to the other cell).
+    for _ in range(3):
+        await asyncio.sleep(1.5)  # the probe has counted its workers again
+        answers = await asyncio.gather(*(_execute(http, {"code": code}) for _ in range(8)))
+        assert all(a.status_code == 200 and a.json()["stdout"] == "42\n" for a in answers), [
+            a.text for a in answers
+        ]
+        await _wait_stats(lambda: cells.jobs_done(1) > 0)
+        if cells.jobs_done(1) > 0:
+            break
+    assert cells.jobs_done(1) > 0
