@@ -195,12 +195,16 @@ class Cells:
                 ):
                     raise
                 return await self._submit_in(retry, payloads)
-        answers = await asyncio.gather(
-            *(
-                self._submit_in(cell, [payloads[i] for i in indices])
-                for cell, indices in parts.items()
-            )
-        )
+        tasks = [
+            asyncio.ensure_future(self._submit_in(cell, [payloads[i] for i in indices]))
+            for cell, indices in parts.items()
+        ]
+        try:
+            answers = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:  # the other parts' calls are abandoned, as a client gone
+                task.cancel()
+            raise
         results: list[ResultDict | None] = [None] * len(payloads)
         for indices, answer in zip(parts.values(), answers, strict=True):
             for i, result in zip(indices, answer, strict=True):

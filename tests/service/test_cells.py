@@ -129,9 +129,12 @@ async def test_sessions_keep_their_state_in_their_cell(
         for sid in sessions:
             again = await _execute(http, {"code": "x += 1\nprint(x)", "session_id": sid})
             assert again.json()["status"] == "ok", again.text
-    for sid in sessions:
-        last = await _execute(http, {"code": "print(x)", "session_id": sid})
-        assert last.json()["stdout"] == f"{len(sid) + 2}\n", last.text
+    # One batch over sessions of both cells (split per cell), with a stateless call in it.
+    batch = [{"code": "print(x)", "session_id": sid} for sid in sessions] + [{"code": "print(7)"}]
+    last = await http.post("/execute/batch", json={"requests": batch})
+    assert last.status_code == 200, last.text
+    outputs = [r["stdout"] for r in last.json()["results"]]
+    assert outputs == [f"{len(sid) + 2}\n" for sid in sessions] + ["7\n"]
     await _wait_stats(lambda: cells.sessions(0) + cells.sessions(1) >= len(sessions))
     held = [cells.sessions(0), cells.sessions(1)]
     print(f"sessions per cell: {held}")
