@@ -115,6 +115,10 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("RL_SANDBOX_REDIS_URL", "REDIS_URL", "redis_url")
     )
     """Redis to use (also read from REDIS_URL); unset: `rl-sandbox up` starts a private one."""
+    cells: str = ""
+    """More cells for the API (comma-separated Redis URLs, each with its own workers), besides
+    the cell of `redis_url`; empty: one cell. Read by the API only (api/cells.py); a worker
+    belongs to the cell of its `redis_url`."""
     queue_name: str = "rl-sandbox"
     """Name of the RQ queue (and prefix of this service's Redis keys)."""
     max_queue_depth: int = Field(20000, ge=1)
@@ -295,6 +299,11 @@ class Settings(BaseSettings):
                 "'default' nor give it the same key"
             )
         return single + found
+
+    def cell_urls(self) -> tuple[str, ...]:
+        """The Redis URL of each cell: `redis_url` first, then `cells`."""
+        extra = tuple(url.strip() for url in self.cells.split(",") if url.strip())
+        return ((self.redis_url,) if self.redis_url else ()) + extra
 
     def tenants(self) -> tuple[Tenant, ...]:
         """Every tenant the server serves (its fair share and queues), "default" when no file."""

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, fork_routes, operations
 from sandbox_service.api.call_labels import read_call_labels
+from sandbox_service.api.cells import Cells
 from sandbox_service.api.compat.e2b_routes import E2bWire
 from sandbox_service.api.compat.mcp_routes import McpMount
 from sandbox_service.api.compat.nemo_routes import NemoWire
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings) -> FastAPI:
     """The API app; its lifespan starts and stops the dispatcher."""
-    ctx = ApiContext(settings, Dispatcher(settings), Metrics())
+    several = len(settings.cell_urls()) > 1
+    ctx = ApiContext(settings, Cells(settings) if several else Dispatcher(settings), Metrics())
     mcp = McpMount(ctx)
 
     @asynccontextmanager

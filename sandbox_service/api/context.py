@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from sandbox_service.api.call_labels import labelled
+from sandbox_service.api.cells import Cells
 from sandbox_service.api.dispatch import Dispatcher
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
@@ -23,7 +24,8 @@ class ApiContext:
     """The API process's collaborators."""
 
     settings: Settings
-    dispatcher: Dispatcher
+    dispatcher: Dispatcher | Cells
+    """One cell's Dispatcher, or Cells over several (api/cells.py)."""
     metrics: Metrics
 
     async def run(self, payloads: list[JobPayload], route: str) -> list[ResultDict]:

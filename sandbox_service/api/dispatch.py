@@ -167,6 +167,10 @@ class Dispatcher:
             raise Unavailable(f"tenant {tenant.name!r} is not configured on this server")
         return found
 
+    def same_cell(self, session_id: str, other: str) -> bool:
+        """Whether two sessions live in the same cell: always, in one cell (see cells.py)."""
+        return True
+
     def _count_retry(self) -> None:
         self.retries += 1
 

@@ -14,7 +14,7 @@ from sandbox_service.api.context import ApiContext, context
 from sandbox_service.api.dispatch import Unavailable
 from sandbox_service.api.execute_routes import ERRORS
 from sandbox_service.logs import request_id_var
-from sandbox_service.tenancy import scoped, tenant_var
+from sandbox_service.tenancy import Tenant, scoped, tenant_var
 from trainer_client.wire import ForkRequest, ForkResponse
 
 router = APIRouter()
@@ -49,13 +49,23 @@ async def fork_session(
         raise RequestValidationError(
             [{"type": "less_than_equal", "loc": ("body", "n"), "msg": message, "input": body.n}]
         )
-    forks = [new_fork_id() for _ in range(body.n)]
     tenant = tenant_var.get()  # the session and its forks are the caller's (as in to_payload)
+    parent = scoped(tenant, session_id)
+    forks = [_fork_id_beside(ctx, parent, tenant) for _ in range(body.n)]
     forked = await ctx.dispatcher.fork_session(
-        scoped(tenant, session_id), [scoped(tenant, fork) for fork in forks], request_id_var.get()
+        parent, [scoped(tenant, fork) for fork in forks], request_id_var.get()
     )
     if forked is None:
         raise Unavailable("the fork did not run (queue deadline or lost worker); retry")
     if not forked:
         return JSONResponse({"detail": f"no session {session_id!r}"}, status_code=404)
     return JSONResponse(ForkResponse(session_ids=forks).model_dump())
+
+
+def _fork_id_beside(ctx: ApiContext, parent: str, tenant: Tenant) -> str:
+    """A fork id whose session lives in its parent's cell (drawn again until it does: about as
+    many draws as cells)."""
+    while True:
+        fork = new_fork_id()
+        if ctx.dispatcher.same_cell(parent, scoped(tenant, fork)):
+            return fork
