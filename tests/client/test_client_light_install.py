@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
-
-from tests.cached_env import uv
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_PROJECT = REPO / "clients" / "python"
@@ -29,6 +28,13 @@ ALLOWED_ROOTS = {"httpx", "pydantic"}
 TEST_TOOLS = ("pytest", "pytest-asyncio", "pytest-timeout")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _uv() -> str:
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    assert found, "uv is needed (make setup installs it into .venv)"
+    return found
 
 
 def _interpreter(version: str) -> str:
@@ -69,7 +75,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(REPO / "trainer_client", source / "trainer_client")
     shutil.copytree(CLIENT_PROJECT, source / "clients" / "python", symlinks=True)
     dist = source / "dist"
-    _run([uv(), "build", "-q", str(source / "clients" / "python"), "--out-dir", str(dist)], source)
+    _run([_uv(), "build", "-q", str(source / "clients" / "python"), "--out-dir", str(dist)], source)
     (sdist,) = dist.glob("*.tar.gz")
     (built,) = dist.glob("*.whl")
     with tarfile.open(sdist) as archive:
@@ -91,14 +97,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_client_installs_alone_and_its_tests_pass(
     version: str, wheel: Path, tmp_path: Path
 ) -> None:
-    uv_bin = uv()
+    uv = _uv()
     venv = tmp_path / "venv"
     python = str(venv / "bin" / "python")
     env_args = ["--python", python]
-    _run([uv_bin, "venv", "-q", "--python", _interpreter(version), str(venv)], tmp_path)
-    _run([uv_bin, "pip", "install", "-q", *env_args, str(wheel)], tmp_path)
+    _run([uv, "venv", "-q", "--python", _interpreter(version), str(venv)], tmp_path)
+    _run([uv, "pip", "install", "-q", *env_args, str(wheel)], tmp_path)
 
-    listed = json.loads(_run([uv_bin, "pip", "list", *env_args, "--format", "json"], tmp_path))
+    listed = json.loads(_run([uv, "pip", "list", *env_args, "--format", "json"], tmp_path))
     installed = {item["name"].lower().replace("_", "-") for item in listed}
     assert "rl-sandbox-client" in installed
     assert installed & FORBIDDEN == set(), installed
