@@ -33,6 +33,12 @@ tenant_var: ContextVar[Tenant] = ContextVar("tenant", default=DEFAULT_TENANT)
 """The tenant of the request the current task serves (the edge sets it)."""
 
 
+def configured(tenants: dict[str, Tenant], name: str) -> Tenant:
+    """The tenant named `name` with its configured weight and quotas (`tenants` by name); a name
+    no longer configured keeps only its name (its objects stay its own, no quota applies)."""
+    return tenants.get(name) or Tenant(name)
+
+
 def scoped(tenant: Tenant, ident: str) -> str:
     """The internal id of a tenant's object named `ident` by the client."""
     return f"{tenant.name}/{ident}"

@@ -98,3 +98,11 @@ def test_a_single_key_is_the_default_tenant_and_no_key_an_open_server() -> None:
     assert (credential.key, credential.tenant) == (b"k", DEFAULT_TENANT)
     assert Settings().credentials() == ()
     assert Settings().tenants() == (DEFAULT_TENANT,)
+
+
+def test_a_tenant_named_by_a_record_gets_its_configured_quotas_back() -> None:
+    from sandbox_service.tenancy import Tenant, configured
+
+    alice = Tenant("alice", weight=2.0, max_in_flight=3, max_sessions=1)
+    assert configured({"alice": alice}, "alice") is alice  # not a name-only Tenant: no bypass
+    assert configured({"alice": alice}, "gone") == Tenant("gone")

@@ -28,7 +28,7 @@ from sandbox_service.api.compat.e2b import ApiError, SandboxRecord, Target
 from sandbox_service.api.compat.e2b_sandbox import SandboxPlane
 from sandbox_service.api.compat.e2b_store import SandboxStore
 from sandbox_service.api.context import ApiContext
-from sandbox_service.tenancy import Tenant, tenant_var
+from sandbox_service.tenancy import Tenant, configured, tenant_var
 
 
 async def _error(send: Send, error: ApiError) -> None:
@@ -43,6 +43,7 @@ class E2bWire:
         self._store = SandboxStore(ctx.dispatcher.redis, ctx.settings.queue_name)
         self._plane = SandboxPlane(ctx, self._store)
         self._max_timeout_s = ctx.settings.session_ttl_s
+        self._tenants = {t.name: t for t in ctx.settings.tenants()}
 
     # --- the control plane ---------------------------------------------------------------------
 
@@ -151,7 +152,8 @@ class E2bWire:
             gone = {"message": "the sandbox was not found", "sandboxId": target.sandbox_id[:64]}
             await send_json(send, 502, {**gone, "code": 502})
             return
-        token = tenant_var.set(Tenant(record.tenant))
+        # The creating key's tenant, quotas and share included: the data plane carries no key.
+        token = tenant_var.set(configured(self._tenants, record.tenant))
         try:
             await self._route_data(scope, receive, send, target, record)
         except (RedisError, OSError) as exc:

@@ -17,7 +17,7 @@ from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.jobs import JobPayload
 from sandbox_service.logs import request_id_var
-from sandbox_service.tenancy import Tenant, scoped
+from sandbox_service.tenancy import Tenant, configured, scoped, tenant_var
 from trainer_client.wire import ExecuteResult
 
 ROUTE = "/mcp"
@@ -37,7 +37,20 @@ class McpMount:
             self._server: Any = None
             return
 
+        tenants = {t.name: t for t in ctx.settings.tenants()}
+
         async def run(
+            code: str, session: str | None, timeout_s: float, tenant: str
+        ) -> ExecuteResult:
+            # The tool runs in the MCP server's own task: admit it as the request's tenant (its
+            # queue, share and quotas), which the edge bound only in the request's task.
+            token = tenant_var.set(configured(tenants, tenant))
+            try:
+                return await run_as_tenant(code, session, timeout_s, tenant)
+            finally:
+                tenant_var.reset(token)
+
+        async def run_as_tenant(
             code: str, session: str | None, timeout_s: float, tenant: str
         ) -> ExecuteResult:
             payload = JobPayload(
