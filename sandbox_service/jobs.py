@@ -9,7 +9,9 @@ Short keys keep the per-job JSON small: it is parsed twice per call on the hot p
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -181,15 +183,20 @@ class JobPayload:
             stdin=self.stdin,
             files={path: base64.b64decode(data) for path, data in self.files.items()},
             fetch_files=self.fetch_files,
-            limits=replace(
-                limits,
-                timeout_s=self.timeout_s,
-                memory_mb=self.memory_mb,
-                max_output_bytes=self.output_bytes or limits.max_output_bytes,
+            limits=_call_limits(
+                limits, self.timeout_s, self.memory_mb, self.output_bytes or limits.max_output_bytes
             ),
             execution_id=execution_id,
             seed=self.seed,
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _call_limits(limits: Limits, timeout_s: float, memory_mb: int, max_output_bytes: int) -> Limits:
+    """The host's limits with a call's own (cached: a batch's calls mostly share them)."""
+    return replace(
+        limits, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes
+    )
 
 
 NO_SESSION = "no such session"
@@ -217,13 +224,23 @@ def chunk_to_wire(items: tuple[JobPayload, ...], budgets_s: tuple[float, ...]) -
     return {"k": [item.to_wire() for item in items], "b": list(budgets_s), "re": items[0].reply_to}
 
 
-def chunk_from_wire(wire: object) -> list[tuple[JobPayload, float]] | None:
-    """(payload, budget) of each item of a chunk's wire dict, or None when it is not a chunk."""
+def chunk_from_wire(
+    wire: object, dequeued_at: float | None = None
+) -> list[tuple[JobPayload, float]] | None:
+    """(payload, budget) of each item of a chunk's wire dict, or None when it is not a chunk.
+    `dequeued_at`: when a worker took the chunk; an item it took in time is never late
+    (its start-by time becomes infinite)."""
     if not isinstance(wire, dict) or "k" not in wire:
         return None
+    items = wire["k"]
+    if dequeued_at is not None:
+        items = [
+            {**item, "sb": math.inf} if dequeued_at <= float(item.get("sb", 0.0)) else item
+            for item in items
+        ]
     return [
         (JobPayload.from_wire(item), float(budget))
-        for item, budget in zip(wire["k"], wire["b"], strict=True)
+        for item, budget in zip(items, wire["b"], strict=True)
     ]
 
 

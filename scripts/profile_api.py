@@ -9,7 +9,7 @@ call's own stdout through the stub).
 
     .venv/bin/python scripts/profile_api.py [--tree DIR ...] [--route /execute|/run]
         [--mode full|answer|bare] [--calls 3000] [--concurrency 4] [--rounds 5]
-        [--py-spy OUT.txt]
+        [--batch N] [--py-spy OUT.txt]
 
 --mode answer replaces the dispatcher's submit with an immediate result (our route without the
 job path); --mode bare serves a FastAPI route that returns a constant under the same uvicorn
@@ -104,17 +104,30 @@ def wait_ready(port: int, route: str) -> None:
     raise SystemExit(f"API on port {port} did not answer")
 
 
-def body(route: str, i: int) -> bytes:
+def body(route: str, i: int, batch: int = 1) -> bytes:
+    if batch > 1:
+        requests = [{"code": f"print({i * batch + k})", "timeout": 10.0} for k in range(batch)]
+        return json.dumps({"requests": requests}).encode()
     code = f"print({i})"
     if route == "/run":
         return json.dumps({"type": "python", "solution": code}).encode()
     return json.dumps({"code": code, "timeout": 10.0}).encode()
 
 
-def check(route: str, i: int, status: int, raw: bytes) -> None:
+def check(route: str, i: int, status: int, raw: bytes, batch: int = 1) -> None:
     if status != 200:
         raise SystemExit(f"HTTP {status}: {raw[:300]!r}")
-    answer = json.loads(raw)
+    if batch > 1:
+        results = json.loads(raw)["results"]
+        if len(results) != batch:
+            raise SystemExit(f"{len(results)} results for {batch} calls")
+        for k, result in enumerate(results):
+            check_answer(i * batch + k, result, raw)
+        return
+    check_answer(i, json.loads(raw), raw)
+
+
+def check_answer(i: int, answer: dict[str, object], raw: bytes) -> None:
     if "status" in answer and answer["status"] != "ok":
         raise SystemExit(f"not ok: {raw[:300]!r}")
     stdout = answer.get("stdout")
@@ -130,16 +143,18 @@ async def one_call(port: int, route: str, i: int) -> tuple[int, bytes]:
         conn.close()
 
 
-async def load(port: int, route: str, calls: int, concurrency: int) -> float:
-    """Run `calls` calls with `concurrency` callers; the wall seconds it took."""
-    remaining = iter(range(calls))
+async def load(port: int, route: str, calls: int, concurrency: int, batch: int = 1) -> float:
+    """Run `calls` calls with `concurrency` callers (`batch` calls per request); the wall
+    seconds it took."""
+    remaining = iter(range(max(1, calls // batch)))
+    path = "/execute/batch" if batch > 1 else route
 
     async def caller() -> None:
         conn = Connection("127.0.0.1", port)
         try:
             for i in remaining:
-                status, raw = await conn.request("POST", route, body(route, i))
-                check(route, i, status, raw)
+                status, raw = await conn.request("POST", path, body(route, i, batch))
+                check(route, i, status, raw, batch)
         finally:
             conn.close()
 
@@ -157,6 +172,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--batch", type=int, default=1, help="calls per request (more: POST /execute/batch)"
+    )
     parser.add_argument("--py-spy", default=None, help="collapsed stacks of the first tree's API")
     args = parser.parse_args()
     trees = [str(Path(t).resolve()) for t in args.tree] or [str(HERE)]
@@ -200,7 +218,7 @@ def main() -> None:
             wait_ready(port, args.route)
             print((logdir / f"api-{n}.log").read_text().splitlines()[0], flush=True)
         for port, _ in ports:  # warm-up
-            asyncio.run(load(port, args.route, 300, args.concurrency))
+            asyncio.run(load(port, args.route, 300, args.concurrency, args.batch))
         if args.py_spy:
             port, pid = ports[0]
             spy = subprocess.Popen(
@@ -209,7 +227,7 @@ def main() -> None:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             time.sleep(1.0)
-            asyncio.run(load(port, args.route, args.calls, args.concurrency))
+            asyncio.run(load(port, args.route, args.calls, args.concurrency, args.batch))
             spy.send_signal(2)
             spy.wait()
         per_call: dict[int, list[float]] = {n: [] for n in range(len(trees))}
@@ -218,7 +236,7 @@ def main() -> None:
             for n in order:
                 port, pid = ports[n]
                 cpu0 = cpu_s(pid)
-                wall = asyncio.run(load(port, args.route, args.calls, args.concurrency))
+                wall = asyncio.run(load(port, args.route, args.calls, args.concurrency, args.batch))
                 ms = 1000 * (cpu_s(pid) - cpu0) / args.calls
                 per_call[n].append(ms)
                 print(

@@ -33,7 +33,13 @@ from rq import Queue
 from rq.job import Job
 
 from sandbox_service import keys
-from sandbox_service.broker.jobqueue import JobQueue, LeanWorker, NewJob, connect_worker
+from sandbox_service.broker.jobqueue import (
+    JobHandler,
+    JobQueue,
+    LeanWorker,
+    NewJob,
+    connect_worker,
+)
 from sandbox_service.execution import Status
 from sandbox_service.jobs import JobPayload, ResultDict, failure_result
 
@@ -55,6 +61,18 @@ class DequeueOnly(LeanWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         pass
+
+
+def jail_runner() -> JobHandler:
+    """The worker's own handler with a warm jail in slot 0 (as `rl-sandbox worker` builds it)."""
+    from sandbox_service.jail import JailExecutor
+    from sandbox_service.settings import Settings
+    from sandbox_service.worker.main import JobRunner
+
+    settings = Settings()
+    runner = JobRunner(settings, lambda: JailExecutor(settings, 0))
+    runner.warm_up()
+    return runner
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -85,7 +103,14 @@ def enqueue_jobs(url: str, count: int, chunk: int = 1) -> None:
     so that `valgrind --tool=callgrind` on this script counts the worker alone)."""
     queue = JobQueue(connect_worker(url), QUEUE, result_ttl_s=60)
     # A reply list, as the API gives every job (its notices pile up unread here).
-    payload = JobPayload(code="print(1)", request_id="r", reply_to=f"{QUEUE}:reply")
+    now = time.time()
+    payload = JobPayload(
+        code="print(1)",
+        request_id="r",
+        reply_to=f"{QUEUE}:reply",
+        admitted_at=now,
+        start_by=now + 3600,
+    )
     if chunk > 1:
         items, budgets = (payload,) * chunk, (30.0,) * chunk
         chunks = [NewJob(uuid.uuid4().hex, payload, 30.0, items=items, item_budgets_s=budgets)
@@ -106,6 +131,12 @@ def main() -> None:
     parser.add_argument(
         "--dequeue-only", action="store_true", help="RQ's loop alone: jobs are popped, not run"
     )
+    parser.add_argument(
+        "--jail",
+        action="store_true",
+        help="run each call in a real jail (the worker's JobRunner; root): the jail's exchange "
+        "with the zygote counts with the worker, the zygote's own CPU does not",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="rl-sandbox-profile-"))
     proc, url = start_redis(workdir)
@@ -119,7 +150,8 @@ def main() -> None:
         name = "profile-worker"
         own_queue = keys.worker_queue(QUEUE, name)
         worker_class = DequeueOnly if args.dequeue_only else LeanWorker
-        worker = worker_class(Answer(), QUEUE, 60, own_queue, connection=connection, name=name)
+        handler = jail_runner() if args.jail else Answer()
+        worker = worker_class(handler, QUEUE, 60, own_queue, connection=connection, name=name)
         profiler = cProfile.Profile(time.process_time) if args.profile else None
         redis_proc = psutil.Process(proc.pid)
         commands0, redis_cpu0 = _commands(connection), sum(redis_proc.cpu_times()[:2])

@@ -22,6 +22,9 @@ bookkeeping with two Lua scripts, three round trips per job with the dequeue:
       on one queue only), then HMGET of the fields the worker reads, EXISTS cancel marker]
       -> handler runs the program -> [DELIVER_SCRIPT: SET result, RPUSH notice, DEL job hash]
 
+A chunk (several calls of one batch in one job) runs its calls in turn and delivers their
+results a few at a time, in one DELIVER_SCRIPT each (outbox.py).
+
 RQ's own fetch (HGETALL and five date parses) is skipped: its dequeue hands out a DequeuedJob
 whose fields come with the prepare script's reply. (RQ dequeues from two queues with BLPOP, not
 BLMOVE: a worker SIGKILLed in the microseconds between its BLPOP and its prepare leaves the job
@@ -39,9 +42,10 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
@@ -56,6 +60,7 @@ from rq.worker import DequeueStrategy, WorkerStatus
 
 from sandbox_service import keys
 from sandbox_service.broker import rq_format
+from sandbox_service.broker.outbox import Delivery, Outbox
 from sandbox_service.cancel import CLIENT_LEFT, never_ran
 from sandbox_service.execution import Status
 from sandbox_service.fair_share import FairOrder
@@ -664,21 +669,29 @@ still waiting, else 0 and nothing is written (a worker has it)."""
 
 
 DELIVER_SCRIPT = """
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-if KEYS[4] ~= '' then
-  redis.call('RPUSH', KEYS[4], ARGV[3])
-  redis.call('EXPIRE', KEYS[4], ARGV[2])
+local ttl, n = ARGV[1], tonumber(ARGV[2])
+local notices = {}
+for r = 0, n - 1 do
+  local k, a = 4 + 2 * r, 3 + 3 * r
+  redis.call('SET', KEYS[k], ARGV[a], 'EX', ttl)
+  if ARGV[a + 1] ~= '' then notices[#notices + 1] = ARGV[a + 1] end
+  if KEYS[k + 1] ~= '' then redis.call('SREM', KEYS[k + 1], ARGV[a + 2]) end
 end
-if KEYS[5] ~= '' then redis.call('SREM', KEYS[5], ARGV[4]) end
-if KEYS[2] ~= '' then redis.call('DEL', KEYS[2]) end
-redis.call('HINCRBY', KEYS[3], 'successful_job_count', 1)
-if KEYS[6] ~= '' then return redis.call('GET', KEYS[6]) end
-return false
+if KEYS[3] ~= '' and #notices > 0 then
+  redis.call('RPUSH', KEYS[3], unpack(notices))
+  redis.call('EXPIRE', KEYS[3], ttl)
+end
+if KEYS[1] ~= '' then redis.call('DEL', KEYS[1]) end
+redis.call('HINCRBY', KEYS[2], 'successful_job_count', n)
+local markers = {}
+for k = 4 + 2 * n, #KEYS do markers[#markers + 1] = redis.call('GET', KEYS[k]) or '' end
+return markers
 """
-"""A call's result, atomically (KEYS: result key, job hash or '' (a chunk's call before its
-last), worker hash, reply list or '', group set or '', the cancel marker of the chunk's next
-call or ''; ARGV: result JSON, its TTL, the notice, the call's id): store it, notify the waiter,
-leave the group, delete the job hash, count it; returns the next call's cancel marker."""
+"""Calls' results, atomically (KEYS: the job hash or '' (a chunk's calls before its last), the
+worker hash, the reply list or '', then per call its result key and its group's set or '',
+then cancel markers to read; ARGV: the results' TTL, the number of calls, then per call its
+result JSON, its notice or '' and its id): store each, notify the waiter, leave the groups,
+delete the job hash, count them; returns the markers' reasons ('' for none), in order."""
 
 
 class LeanQueue(Queue):
@@ -820,7 +833,7 @@ class LeanWorker(SimpleWorker):
                 return
             cancelled, first_cancelled = markers
             reply_to = JobPayload.reply_to_of(job.args[0])
-            chunk = chunk_from_wire(job.args[0])
+            chunk = chunk_from_wire(job.args[0], dequeued_at=time.time())
             if chunk is not None:
                 self._charge_chunk(queue, len(chunk))
                 self._run_chunk(job, chunk, reply_to, first_cancelled)
@@ -830,14 +843,14 @@ class LeanWorker(SimpleWorker):
             if cancelled:
                 log.info("job cancelled before it started", extra=fields(execution_id=job.id))
                 result = failure_result(Status.CANCELLED, never_ran(cancelled), job.id)
-                self._deliver(job, reply_to, result, group)
+                self._deliver_one(job, reply_to, result, group)
                 return
             try:
                 with self.death_penalty_class(job.timeout, JobTimeoutException, job_id=job.id):
                     result = self._handler.run(job.id, payload)
             except JobTimeoutException:
                 result = self._handler.abandon(job.id, payload, "the job exceeded its time budget")
-            self._deliver(job, reply_to, result, group)
+            self._deliver_one(job, reply_to, result, group)
         except redis.RedisError:
             # The API's watchdog answers for this job (retry or sandbox_error).
             log.exception("redis failed around job %s", job.id)
@@ -845,7 +858,7 @@ class LeanWorker(SimpleWorker):
             log.exception("job %s failed in the worker", job.id)
             with contextlib.suppress(redis.RedisError):
                 error = failure_result(Status.SANDBOX_ERROR, f"worker error: {exc}", job.id)
-                self._deliver(job, reply_to, error, group)
+                self._deliver_one(job, reply_to, error, group)
         finally:
             self._state = WorkerStatus.IDLE
 
@@ -858,32 +871,35 @@ class LeanWorker(SimpleWorker):
     def _run_chunk(
         self, job: Job, chunk: list[tuple[JobPayload, float]], reply_to: str, cancelled: str
     ) -> None:
-        """Run a chunk's calls in turn, each under its own budget, delivering each result as it
-        comes; a call cancelled meanwhile (its marker, read with the previous delivery) is
-        answered `cancelled` without running. Dequeued in time, no call of it is late."""
-        dequeued_at = time.time()
+        """Run a chunk's calls in turn, each under its own budget, delivering their results a
+        few at a time (outbox.py); a call cancelled meanwhile (its marker, read with a delivery,
+        or the worker's cancel list) is answered `cancelled` without running. Dequeued in time,
+        no call of it is late (chunk_from_wire)."""
         last = len(chunk) - 1
-        for i, (payload, budget_s) in enumerate(chunk):
-            execution_id = item_id(job.id, i)
-            if dequeued_at <= payload.start_by:
-                payload = replace(payload, start_by=math.inf)
-            group = keys.group(self._queue_name, payload.group) if payload.group else ""
-            if cancelled:
-                log.info("call cancelled before it started", extra=fields(call=execution_id))
-                result = failure_result(Status.CANCELLED, never_ran(cancelled), execution_id)
-            else:
-                result = self._run_call(execution_id, payload, budget_s)
-            next_item = "" if i == last else item_id(job.id, i + 1)
-            next_marker = keys.cancelled(self._queue_name, next_item) if next_item else ""
-            cancelled = self._deliver(
-                job, reply_to, result, group, execution_id, i == last, next_marker
-            )
+        markers = {0: cancelled} if cancelled else {}
+        outbox = Outbox()
+        with CallAlarm() as alarm:
+            for i, (payload, budget_s) in enumerate(chunk):
+                execution_id = item_id(job.id, i)
+                started = time.monotonic()
+                if i in markers:
+                    log.info("call cancelled before it started", extra=fields(call=execution_id))
+                    result = failure_result(Status.CANCELLED, never_ran(markers[i]), execution_id)
+                else:
+                    result = self._run_call(execution_id, payload, budget_s, alarm)
+                group = keys.group(self._queue_name, payload.group) if payload.group else ""
+                now = time.monotonic()
+                outbox.add(self._delivery(execution_id, result, reply_to, group), now)
+                if outbox.due(now, now - started, i == 0, i == last):
+                    behind = [item_id(job.id, k) for k in range(i + 1, len(chunk))]
+                    reasons = self._deliver(job if i == last else None, reply_to, outbox, behind)
+                    markers.update((i + 1 + k, r) for k, r in enumerate(reasons) if r)
 
-    def _run_call(self, execution_id: str, payload: JobPayload, budget_s: float) -> ResultDict:
+    def _run_call(
+        self, execution_id: str, payload: JobPayload, budget_s: float, alarm: CallAlarm
+    ) -> ResultDict:
         try:
-            with self.death_penalty_class(
-                math.ceil(budget_s), JobTimeoutException, job_id=execution_id
-            ):
+            with alarm.armed(budget_s, execution_id):
                 return self._handler.run(execution_id, payload)
         except JobTimeoutException:
             return self._handler.abandon(execution_id, payload, "the job exceeded its time budget")
@@ -917,27 +933,63 @@ class LeanWorker(SimpleWorker):
             job.restore_fields(values)
         return _reason(cancelled), _reason(first_cancelled)
 
-    def _deliver(
-        self,
-        job: Job,
-        reply_to: str,
-        result: ResultDict,
-        group: str = "",
-        execution_id: str = "",
-        last: bool = True,
-        next_marker: str = "",
-    ) -> str:
-        """Deliver one call's result (the job's own, or a chunk's call); the cancel reason of
-        the chunk's next call when `next_marker` names it, else ""."""
-        execution_id = execution_id or job.id
+    def _delivery(
+        self, execution_id: str, result: ResultDict, reply_to: str, group: str
+    ) -> Delivery:
         result_json = encode_result(result)
-        result_key = keys.result(self._queue_name, execution_id)
         notice = encode_notice(execution_id, result_json) if reply_to else ""
-        cancelled = self._deliver_script(
-            keys=[result_key, job.key if last else "", self.key, reply_to, group, next_marker],
-            args=[result_json, self._result_ttl_s, notice, execution_id],
-        )
-        return _reason(cancelled)
+        return Delivery(execution_id, result_json, notice, group)
+
+    def _deliver_one(self, job: Job, reply_to: str, result: ResultDict, group: str = "") -> None:
+        """Deliver the result of a job of one call."""
+        outbox = Outbox()
+        outbox.add(self._delivery(job.id, result, reply_to, group), 0.0)
+        self._deliver(job, reply_to, outbox, [])
+
+    def _deliver(
+        self, job: Job | None, reply_to: str, outbox: Outbox, behind: Sequence[str]
+    ) -> list[str]:
+        """Deliver the outbox's results (with `job`: the last of its job, whose hash goes);
+        the cancel reasons of the calls `behind` ("" for none), in order."""
+        deliveries = outbox.take()
+        script_keys = [job.key if job is not None else "", self.key, reply_to]
+        args: list[Any] = [self._result_ttl_s, len(deliveries)]
+        for delivery in deliveries:
+            script_keys += [keys.result(self._queue_name, delivery.execution_id), delivery.group]
+            args += [delivery.result_json, delivery.notice, delivery.execution_id]
+        script_keys += [keys.cancelled(self._queue_name, call) for call in behind]
+        reasons = self._deliver_script(keys=script_keys, args=args)
+        return [_reason(reason) for reason in reasons]
+
+
+class CallAlarm:
+    """The time budget of a chunk's calls: SIGALRM's handler installed once for the chunk, the
+    timer armed per call (RQ's death penalty installs and removes the handler per job)."""
+
+    def __init__(self) -> None:
+        self._call = ""
+
+    def __enter__(self) -> CallAlarm:
+        signal.signal(signal.SIGALRM, self._expired)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+    @contextlib.contextmanager
+    def armed(self, budget_s: float, call: str) -> Iterator[None]:
+        """JobTimeoutException in this (the main) thread once `budget_s` has passed."""
+        self._call = call
+        signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.001))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(JobTimeoutException):  # it fired as the call returned
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def _expired(self, signum: int, frame: object) -> None:
+        raise JobTimeoutException(f"call {self._call} exceeded its time budget")
 
 
 def _reason(marker: object) -> str:

@@ -20,8 +20,10 @@ Units: the kernel's files take bytes and microseconds; this module's API takes M
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
+import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,11 +85,13 @@ def cpu_max_line(cores: float | None) -> str:
 
 def _keyed_value(text: str, key: str) -> int:
     """The value of `key` in a flat keyed file such as memory.events or memory.oom_control."""
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == key:
-            return int(value)
-    return 0
+    found = _key_pattern(key).search(text)
+    return int(found.group(1)) if found else 0
+
+
+@functools.cache
+def _key_pattern(key: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(key)} (-?\d+)$", re.MULTILINE)
 
 
 _STAT_BYTES = 16 << 10

@@ -161,9 +161,11 @@ class JobRunner:
                 result = replace(
                     result, status=Status.DEADLINE_EXCEEDED, stderr=result.stderr + DEADLINE_NOTE
                 )
-            result = replace(result, queue_time=queue_time, restored=restored)
             wire = result_to_wire(result, execution_id)
+            wire.update(queue_time=queue_time, restored=restored)
             self.tally.job_done(wire["status"], result.cpu_time, restored)
+            if not log.isEnabledFor(logging.INFO):
+                return wire
             session = {} if job.session_id is None else {"session": job.session_id}
             log.info(
                 "job done",

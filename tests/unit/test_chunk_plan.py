@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sandbox_service.api.chunking import plan_chunks
 from sandbox_service.jobs import JobPayload, chunk_from_wire, chunk_to_wire, item_id, job_of
 
@@ -48,3 +50,13 @@ def test_a_chunk_round_trips_its_calls_and_budgets_and_its_ids_name_the_job() ->
     assert job_of(item_id("abc", 7)) == "abc"
     assert job_of("abc") == "abc"
     assert item_id("abc", 0) != item_id("abc", 1)
+
+
+def test_a_chunk_taken_in_time_has_no_late_call_and_one_taken_late_keeps_its_deadlines() -> None:
+    items = (JobPayload(code="a", start_by=100.0), JobPayload(code="b", start_by=50.0))
+    wire = chunk_to_wire(items, (1.0, 1.0))
+    taken = chunk_from_wire(wire, dequeued_at=60.0)
+    assert taken is not None
+    assert [payload.start_by for payload, _ in taken] == [math.inf, 50.0]
+    assert [payload.code for payload, _ in taken] == ["a", "b"]
+    assert wire["k"][0]["sb"] == 100.0  # the job's own record is left as it was
