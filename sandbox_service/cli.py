@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure each point with this many calls per request; compare CPU per call",
     )
     bench.add_argument(
+        "--batch-rounds",
+        type=int,
+        default=0,
+        help="with --compare-batch: alternating single/batched rounds per concurrency (median)",
+    )
+    bench.add_argument(
         "--no-baseline", action="store_true", help="skip the fresh-interpreter baselines"
     )
     bench.add_argument(

@@ -76,6 +76,10 @@ class BenchOptions:
     """More than 1: each service point is measured again right after with this many calls per
     request, and the report compares the service path's CPU per call (API, workers, Redis:
     everything but the jail's own run) single against batched (report.batching)."""
+    batch_rounds: int = 0
+    """With compare_batch: after the sweep, this many alternating rounds of (single, batched)
+    at each concurrency, round_s each, so that their ratio compares like with like on a
+    machine whose load drifts; the median round is reported."""
     progress: bool = True
 
 
@@ -120,6 +124,7 @@ async def measure(
                     calls = len(point.latencies_s) * point.batch
                     point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
                 points.append(_stamped(point))
+        points += await _batch_rounds(host, port, workload, options, sampler, progress)
         usable = _usable(fair, workload)
         for baseline in usable:
             for concurrency in sorted({1, cores}):
@@ -139,6 +144,42 @@ def _batches(options: BenchOptions) -> tuple[int, ...]:
     if options.compare_batch > 1 and options.compare_batch != options.batch:
         return (options.batch, options.compare_batch)
     return (options.batch,)
+
+
+async def _batch_rounds(
+    host: str,
+    port: int,
+    workload: Workload,
+    options: BenchOptions,
+    sampler: StackSampler | None,
+    progress: Progress,
+) -> list[Point]:
+    """Alternating single and batched rounds at each concurrency (BenchOptions.batch_rounds)."""
+    if sampler is None or len(_batches(options)) < 2:
+        return []
+    rounds: list[Point] = []
+    for concurrency in options.concurrency:
+        for r in range(options.batch_rounds):
+            for batch in _batches(options):
+                point = Point("batch round", workload.name, concurrency, batch)
+                sampler.start()
+                await progress.track(
+                    f"round {r + 1} {workload.name} c={concurrency} batch={batch}",
+                    point,
+                    service_point(
+                        point,
+                        host,
+                        port,
+                        workload,
+                        options.round_s,
+                        options.max_calls,
+                        options.timeout_s,
+                    ),
+                )
+                calls = len(point.latencies_s) * point.batch
+                point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
+                rounds.append(_stamped(point))
+    return rounds
 
 
 def _usable(fair: tuple[Baseline, ...], workload: Workload) -> tuple[Baseline, ...]:
@@ -203,7 +244,10 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     _raise_open_files(2 * max(options.concurrency) + 256)
     stack: PrivateService | None = None
     sampler: StackSampler | None = None
-    total = len(options.workloads) * (1 + len(options.concurrency) * len(_batches(options)))
+    batches = len(_batches(options))
+    total = len(options.workloads) * (1 + len(options.concurrency) * batches)
+    if batches > 1:
+        total += len(options.workloads) * len(options.concurrency) * 2 * options.batch_rounds
     if options.baseline:
         for name in options.workloads:
             kinds = 2 if WORKLOADS[name].stdlib_only else 1
@@ -284,6 +328,7 @@ def bench_command(args: Any) -> int:
         workers=args.workers,
         batch=args.batch,
         compare_batch=args.compare_batch,
+        batch_rounds=args.batch_rounds,
         progress=not args.no_progress,
     )
     out_dir = Path(args.out)

@@ -163,10 +163,11 @@ SERVICE_PATH = ("api", "workers", "redis")
 
 def batching(rows: Sequence[Row]) -> list[Row]:
     """For each service point measured single and batched (BenchOptions.compare_batch): the
-    service path's CPU per call in both and the batched one's share of the single one.
+    service path's CPU per call in both and the batched one's share of the single one; with
+    alternating rounds (BenchOptions.batch_rounds), each round's share and their median.
 
     `merged`: a jail ended during one of the points, so its CPU counts with the workers there
-    (procs.py) and the service path reads high."""
+    (procs.py) and the service path reads high; such a round is left out of the median."""
     out: list[Row] = []
     service = [r for r in rows if r["target"] == "service"]
     for single in (r for r in service if r["batch"] == 1):
@@ -174,24 +175,57 @@ def batching(rows: Sequence[Row]) -> list[Row]:
             same = (batched["workload"], batched["concurrency"])
             if batched["batch"] == 1 or same != (single["workload"], single["concurrency"]):
                 continue
-            paths = [_service_path_ms(r) for r in (single, batched)]
-            if None in paths or not paths[0]:
+            share = _share(single, batched)
+            if share is None:
                 continue
-            single_ms, batched_ms = float(paths[0] or 0.0), float(paths[1] or 0.0)
-            out.append(
-                {
-                    "workload": single["workload"],
-                    "concurrency": single["concurrency"],
-                    "batch": batched["batch"],
-                    "single_ms": round(single_ms, 3),
-                    "batched_ms": round(batched_ms, 3),
-                    "batched_share": round(batched_ms / single_ms, 3),
-                    "single_parts": {k: single["cpu_ms_per_call"].get(k) for k in SERVICE_PATH},
-                    "batched_parts": {k: batched["cpu_ms_per_call"].get(k) for k in SERVICE_PATH},
-                    "merged": any("jail" not in r["cpu_ms_per_call"] for r in (single, batched)),
-                }
+            single_ms, batched_ms = share
+            entry: Row = {
+                "workload": single["workload"],
+                "concurrency": single["concurrency"],
+                "batch": batched["batch"],
+                "single_ms": round(single_ms, 3),
+                "batched_ms": round(batched_ms, 3),
+                "batched_share": round(batched_ms / single_ms, 3),
+                "single_parts": {k: single["cpu_ms_per_call"].get(k) for k in SERVICE_PATH},
+                "batched_parts": {k: batched["cpu_ms_per_call"].get(k) for k in SERVICE_PATH},
+                "merged": _merged(single, batched),
+            }
+            rounds = _round_shares(
+                rows, single["workload"], single["concurrency"], batched["batch"]
             )
+            if rounds:
+                entry["round_shares"] = rounds
+                entry["round_share_median"] = round(statistics.median(rounds), 3)
+            out.append(entry)
     return out
+
+
+def _round_shares(rows: Sequence[Row], workload: str, concurrency: int, batch: int) -> list[float]:
+    """The batched share of each alternating round (single, then batched) without a merge."""
+    mine = [
+        r
+        for r in rows
+        if (r["target"], r["workload"], r["concurrency"]) == ("batch round", workload, concurrency)
+    ]
+    singles = [r for r in mine if r["batch"] == 1]
+    batched = [r for r in mine if r["batch"] == batch]
+    shares = []
+    for one, many in zip(singles, batched, strict=False):
+        share = _share(one, many)
+        if share is not None and not _merged(one, many):
+            shares.append(round(share[1] / share[0], 3))
+    return shares
+
+
+def _share(single: Row, batched: Row) -> tuple[float, float] | None:
+    paths = [_service_path_ms(r) for r in (single, batched)]
+    if paths[0] is None or paths[1] is None or not paths[0]:
+        return None
+    return float(paths[0]), float(paths[1])
+
+
+def _merged(*rows: Row) -> bool:
+    return any("jail" not in r["cpu_ms_per_call"] for r in rows)
 
 
 def _service_path_ms(row: Row) -> float | None:
@@ -258,8 +292,8 @@ def table(report: Row) -> str:
         lines += [
             "",
             "| workload | concurrency | batch | service path CPU ms/call single (api/workers/redis)"
-            " | batched (api/workers/redis) | batched / single |",
-            "|---|---|---|---|---|---|",
+            " | batched (api/workers/redis) | batched / single | alternating rounds |",
+            "|---|---|---|---|---|---|---|",
         ]
         for b in report["batching"]:
             single, batched = (
@@ -267,9 +301,13 @@ def table(report: Row) -> str:
                 for side in ("single_parts", "batched_parts")
             )
             merged = " (a jail ended: workers include it)" if b["merged"] else ""
+            rounds = ", ".join(str(x) for x in b.get("round_shares", []))
+            median = b.get("round_share_median")
+            rounds_text = f"median {median} ({rounds})" if median is not None else ""
             lines.append(
                 f"| {b['workload']} | {b['concurrency']} | {b['batch']} | {b['single_ms']} "
-                f"({single}) | {b['batched_ms']} ({batched}) | {b['batched_share']}{merged} |"
+                f"({single}) | {b['batched_ms']} ({batched}) | {b['batched_share']}{merged} "
+                f"| {rounds_text} |"
             )
     failures = [r for r in report["points"] if r["failed"]]
     for r in failures:

@@ -145,3 +145,24 @@ def test_compare_batch_measures_each_point_single_then_batched(
         ("service", 1, 0),
         ("service", 4, 0),
     ]
+
+
+def test_batch_rounds_alternate_single_and_batched_and_report_each_share(
+    stack: Stack, tmp_path: Path
+) -> None:
+    options = BenchOptions(
+        workloads=("print",),
+        concurrency=(2,),
+        point_s=0.2,
+        max_calls=8,
+        compare_batch=4,
+        batch_rounds=2,
+        round_s=0.3,
+        baseline=False,
+        url=stack.url,
+        progress=False,
+    )
+    report = run_bench(options, tmp_path)
+    rounds = [(p["target"], p["batch"], p["failed"]) for p in report["points"][2:]]
+    assert rounds == [("batch round", 1, 0), ("batch round", 4, 0)] * 2
+    assert all(p["calls"] > 0 for p in report["points"][2:]), report["points"]

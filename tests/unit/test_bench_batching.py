@@ -37,3 +37,20 @@ def test_a_point_whose_jail_ended_is_flagged() -> None:
     del merged["cpu_ms_per_call"]["jail"]
     (entry,) = batching([row(1, 0.8, 1.0, 0.2), merged])
     assert entry["merged"] is True
+
+
+def test_alternating_rounds_give_each_share_and_leave_out_a_round_whose_jail_ended() -> None:
+    rounds = [
+        {**row(1, 0.8, 1.0, 0.2), "target": "batch round"},
+        {**row(64, 0.2, 0.4, 0.1), "target": "batch round"},  # 0.35
+        {**row(1, 1.0, 1.6, 0.4), "target": "batch round"},
+        {**row(64, 0.2, 0.6, 0.2), "target": "batch round"},  # 0.333
+        {**row(1, 0.8, 1.0, 0.2), "target": "batch round"},
+        {**row(64, 0.2, 3.4, 0.1), "target": "batch round"},  # merged below
+        {**row(1, 0.6, 0.8, 0.1), "target": "batch round"},
+        {**row(64, 0.1, 0.3, 0.1), "target": "batch round"},  # 0.333
+    ]
+    del rounds[5]["cpu_ms_per_call"]["jail"]
+    (entry,) = batching([row(1, 0.8, 1.0, 0.2), row(64, 0.2, 0.4, 0.1), *rounds])
+    assert entry["round_shares"] == [0.35, 0.333, 0.333]
+    assert entry["round_share_median"] == 0.333
