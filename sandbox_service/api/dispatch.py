@@ -229,23 +229,15 @@ class Dispatcher:
         bounds = self._bounds_of(tenant)
         workers = await self._workers_for_chunks(len(payloads))
         new_sessions = await self._claim_sessions(tenant, payloads, admitted_at)
-        start_by = admitted_at + self.settings.queue_deadline_s
-        stamped = [
-            replace(
-                payload,
-                reply_to=self.awaiter_reply_key,
-                admitted_at=admitted_at,
-                start_by=min(start_by, payload.deadline) if payload.deadline else start_by,
-            )
-            for payload in payloads
-        ]
+        plan = plan_chunks(payloads, workers)
+        stamped = _stamped(payloads, plan, self.awaiter_reply_key, admitted_at, self.settings)
         # Stateless work (chunks included) waits on the tenant's shared queue.
         queue = "" if bounds.tenant_queue == self.settings.queue_name else bounds.tenant_queue
         jobs: list[NewJob] = []
         slots: list[asyncio.Future[ResultDict] | None] = [None] * len(stamped)
         execution_ids: list[str] = []
         longest_behind_s = 0.0
-        for indices in plan_chunks(stamped, workers):
+        for indices in plan:
             job_id = uuid.uuid4().hex
             if len(indices) == 1:
                 (i,) = indices
@@ -254,18 +246,16 @@ class Dispatcher:
                 job = NewJob.of(job_id, stamped[i], self.settings)
                 jobs.append(replace(job, queue=queue) if queue else job)
                 continue
-            # The chunk waits and is withdrawn as one: its calls share the latest start-by time,
-            # and a call's wait grows by the budgets of the calls before it in the chunk.
-            chunk_start_by = max(stamped[i].start_by for i in indices)
-            items = [replace(stamped[i], start_by=chunk_start_by) for i in indices]
+            # A call's wait grows by the budgets of the calls before it in the chunk.
+            items = [stamped[i] for i in indices]
+            budgets = [item.worker_budget_s(self.settings) for item in items]
             before_s = 0.0
             for k, (i, item) in enumerate(zip(indices, items, strict=True)):
                 slots[i] = self.awaiter.track(item_id(job_id, k), item, queue, behind_s=before_s)
                 execution_ids.append(item_id(job_id, k))
                 longest_behind_s = max(longest_behind_s, before_s)
-                before_s += item.worker_budget_s(self.settings)
-            chunk = NewJob.chunk(job_id, items, self.settings)
-            jobs.append(replace(chunk, queue=queue) if queue else chunk)
+                before_s += budgets[k]
+            jobs.append(NewJob.chunk(job_id, items, self.settings, budgets, queue))
         futures = [future for future in slots if future is not None]
         if bounds.in_flight_key:
             # Each call counts in flight until the latest a call of this request may wait.
@@ -612,3 +602,29 @@ class Dispatcher:
             ]
         )
         return int(depth)
+
+
+def _stamped(
+    payloads: Sequence[JobPayload],
+    plan: Sequence[Sequence[int]],
+    reply_to: str,
+    admitted_at: float,
+    settings: Settings,
+) -> list[JobPayload]:
+    """The request's calls as admitted: this API's reply list, their admission time and their
+    start-by time (the queue deadline, or the call's own deadline if sooner). A chunk waits
+    and is withdrawn as one: its calls share the latest start-by time of its calls."""
+    queue_start_by = admitted_at + settings.queue_deadline_s
+    start_by = [
+        min(queue_start_by, payload.deadline) if payload.deadline else queue_start_by
+        for payload in payloads
+    ]
+    for indices in plan:
+        if len(indices) > 1:
+            shared = max(start_by[i] for i in indices)
+            for i in indices:
+                start_by[i] = shared
+    return [
+        replace(payload, reply_to=reply_to, admitted_at=admitted_at, start_by=start_by[i])
+        for i, payload in enumerate(payloads)
+    ]

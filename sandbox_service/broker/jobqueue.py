@@ -107,10 +107,22 @@ class NewJob:
         return cls(execution_id, payload, payload.worker_budget_s(settings))
 
     @classmethod
-    def chunk(cls, chunk_id: str, items: Sequence[JobPayload], settings: Settings) -> NewJob:
-        """One job of several stateless calls; its budget is the sum of theirs."""
-        budgets = tuple(item.worker_budget_s(settings) for item in items)
-        return cls(chunk_id, items[0], sum(budgets), items=tuple(items), item_budgets_s=budgets)
+    def chunk(
+        cls,
+        chunk_id: str,
+        items: Sequence[JobPayload],
+        settings: Settings,
+        budgets_s: Sequence[float] | None = None,
+        queue: str = "",
+    ) -> NewJob:
+        """One job of several stateless calls; its budget is the sum of theirs (`budgets_s`:
+        each call's worker budget, when the caller has them)."""
+        if budgets_s is None:
+            budgets_s = [item.worker_budget_s(settings) for item in items]
+        budgets = tuple(budgets_s)
+        return cls(
+            chunk_id, items[0], sum(budgets), queue, items=tuple(items), item_budgets_s=budgets
+        )
 
     def members(self) -> list[tuple[str, JobPayload]]:
         """(execution id, payload) of each call this job carries."""
