@@ -413,6 +413,7 @@ class Dispatcher:
                     GROUP_CANCELLED,
                     True,
                 )
+                await self._run_sync(self._job_queue.leave_group, group_id, [*dropped, *signalled])
         except (RedisError, OSError) as exc:
             raise Unavailable(f"redis unavailable: {exc}") from exc
         # The sessions' cells of this group were cancelled above, so their ends run at once.

@@ -538,6 +538,12 @@ class JobQueue:
         ids = sorted(m.decode() for m in members if m != keys.GROUP_USED.encode())
         return bool(members), ids, sorted(s.decode() for s in sessions)
 
+    def leave_group(self, group_id: str, execution_ids: Sequence[str]) -> None:
+        """These calls were cancelled with their group: a later cancel does not count them
+        again while they die (their delivery leaves the group too)."""
+        if execution_ids:
+            self._redis.srem(keys.group(self._name, group_id), *execution_ids)
+
     def forget_group_sessions(self, group_id: str, session_ids: Sequence[str]) -> None:
         """The group's sessions were ended: drop them from its set."""
         if session_ids:

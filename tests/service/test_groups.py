@@ -9,6 +9,8 @@ durations are printed for the report, never compared with a bound.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -17,9 +19,11 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from sandbox_service.local.redis_server import RedisServer
 from tests.service.stack import Stack, stack_env
+from tests.service.test_reliability import job_keys, started_job_worker
 
 pytestmark = pytest.mark.slow
 
@@ -99,6 +103,9 @@ async def test_a_cancelled_group_answers_cancelled_and_frees_its_workers(
     assert answer["group"] == group
     assert answer["cancelled"] == 9, answer
     assert answer["sessions"] == 1, answer
+    # At once again, while the killed calls may still be dying: none is counted twice.
+    twice = await a.post(f"/groups/{group}/cancel")
+    assert twice.status_code == 200 and twice.json()["cancelled"] == 0, twice.text
 
     answers = await asyncio.gather(*tasks)
     results = [*answers[0][0]["results"], *(result for result, _ in answers[1:])]
@@ -195,3 +202,30 @@ async def test_the_peer_routes_carry_a_group_in_a_header(
     assert answer["status"] == "SandboxError" and answer["message"].startswith("cancelled"), answer
     bad = await a.post("/run_code", json=body, headers={"X-RL-Sandbox-Group": "no spaces"})
     assert bad.status_code == 422 and "x-rl-sandbox-group" in bad.text, bad.text
+
+
+async def test_a_call_still_dying_is_not_counted_by_a_second_cancel(
+    group_stack: tuple[Stack, Stack],
+    apis: tuple[httpx.AsyncClient, httpx.AsyncClient],
+    redis_client: redis.Redis,
+) -> None:
+    a, b = apis
+    stack, _ = group_stack
+    group = f"dying-{uuid.uuid4().hex[:8]}"
+    before = job_keys(redis_client)
+    call = asyncio.ensure_future(
+        _post(a, "/execute", {"code": SLEEP, "timeout": 25, "group": group})
+    )
+    worker = await started_job_worker(redis_client, stack.queue, before)
+    pid = int(worker.rsplit(":", 1)[1])
+    # The worker can neither kill the call nor answer it while stopped: the call is dying.
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        first = await b.post(f"/groups/{group}/cancel")
+        second = await b.post(f"/groups/{group}/cancel")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert first.status_code == 200 and first.json()["cancelled"] == 1, first.text
+    assert second.status_code == 200 and second.json()["cancelled"] == 0, second.text
+    result, _ = await call
+    assert result["status"] == "cancelled" and "finished" not in result["stdout"], result
