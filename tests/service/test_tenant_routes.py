@@ -308,12 +308,14 @@ Probe = Callable[[httpx.AsyncClient, str, Sandbox], Awaitable[httpx.Response]]
 
 @dataclass(frozen=True)
 class Route:
-    """A route that names one of amber's objects, and its not-found status."""
+    """A route that names one of amber's objects (its id as `spelled`), and its not-found
+    status."""
 
     name: str
     thing: str
     probe: Probe
     not_found: int = 404
+    spelled: str = "{id}"
 
 
 def nemo_delete(http: httpx.AsyncClient, ident: str, _: Sandbox) -> Awaitable[httpx.Response]:
@@ -379,7 +381,19 @@ ROUTES = [
     Route("DELETE /sessions/{fork}", "fork", plain("DELETE", "/sessions/{id}")),
     Route("POST /sessions/{fork}/fork", "fork", plain("POST", "/sessions/{id}/fork", {"n": 1})),
     Route("POST /groups/{group}/cancel", "group", plain("POST", "/groups/{id}/cancel")),
+    Route(
+        "POST /groups/{group}/cancel spelled as stored",
+        "group",
+        plain("POST", "/groups/{id}/cancel"),
+        spelled="amber/{id}",
+    ),
     Route("NeMo DELETE /sessions/{id}", "nemo session", nemo_delete),
+    Route(
+        "NeMo DELETE /sessions/{id} spelled as stored",
+        "nemo session",
+        nemo_delete,
+        spelled="amber/{id}",
+    ),
     Route(
         "DELETE /sessions/{id} of a NeMo session", "nemo session", plain("DELETE", "/sessions/{id}")
     ),
@@ -456,12 +470,13 @@ async def test_another_tenants_id_is_not_found_and_left_alone(
     owned = await MAKERS[route.thing](http)
     birch = await create_sandbox(http, BIRCH)
     try:
-        seen = await route.probe(http, owned.ident, birch)
-        unused_id = UNUSED[route.thing]()
+        named = route.spelled.format(id=owned.ident)
+        seen = await route.probe(http, named, birch)
+        unused_id = route.spelled.format(id=UNUSED[route.thing]())
         unused = await route.probe(http, unused_id, birch)
         assert seen.status_code == route.not_found, seen.text
-        assert_same_answer(seen, owned.ident, unused, unused_id)
-        told = seen.text.replace(owned.ident, "<id>")  # birch's own words echoed are no leak
+        assert_same_answer(seen, named, unused, unused_id)
+        told = seen.text.replace(named, "<id>")  # birch's own words echoed are no leak
         assert not any(trace in told for trace in AMBERS_TRACES), seen.text
         await owned.intact()
     finally:
@@ -497,6 +512,8 @@ async def test_a_session_name_of_both_tenants_is_two_sessions(http: httpx.AsyncC
     body = {"requests": [{"code": "print(secret)", "session_id": name}]}
     batch = await http.post("/execute/batch", json=body, headers=BIRCH)
     assert batch.status_code == 200 and "NameError" in batch.json()["results"][0]["stderr"]
+    stored = await execute(http, BIRCH, "print(secret)", session_id=f"amber/{name}")
+    assert "NameError" in stored["stderr"], stored  # amber's session as the server names it
     assert (await execute(http, BIRCH, "secret = 'birch'", session_id=name))["status"] == "ok"
     forked = await http.post(f"/sessions/{name}/fork", json={"n": 1}, headers=BIRCH)
     assert forked.status_code == 200, forked.text
