@@ -73,16 +73,21 @@ class McpMount:
         streamable = mcp_server.http_app(self._server)
         sse = mcp_server.sse_app(self._server)
 
+        def tenant_of(scope: Scope) -> str:
+            """The request's tenant, as wires.py passes it on."""
+            headers: dict[bytes, bytes] = dict(scope["headers"])
+            return headers.get(mcp_server.TENANT_HEADER.encode(), b"default").decode()
+
         def end_later(mcp_session: str, scope: Scope) -> None:
-            headers = dict(scope["headers"])
-            tenant = headers.get(mcp_server.TENANT_HEADER.encode(), b"default").decode()
-            task = asyncio.create_task(end(mcp_session, tenant), name="mcp-session-end")
+            task = asyncio.create_task(end(mcp_session, tenant_of(scope)), name="mcp-session-end")
             self._ending.add(task)
             task.add_done_callback(self._ending.discard)
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             """The two transports; the end of an MCP session (streamable HTTP's DELETE, an SSE
-            stream closed) ends its session of ours."""
+            stream closed) ends its session of ours. An MCP session is its tenant's: the SDK
+            answers another principal's request for it as for an unknown session (404)."""
+            scope = {**scope, "user": mcp_server.tenant_user(tenant_of(scope))}
             path: str = scope["path"]
             if path.startswith("/mcp/messages"):
                 await sse(scope, receive, send)

@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
@@ -104,6 +106,12 @@ def build_server(run: RunCode, max_timeout_s: float, process_session: str = "") 
 def session_name(mcp_session_id: str) -> str:
     """Our session id of an MCP session (before the tenant's scope)."""
     return f"mcp-{mcp_session_id}"
+
+
+def tenant_user(tenant: str) -> AuthenticatedUser:
+    """The principal of a tenant's requests (the ASGI scope's `user`): both transports bind an
+    MCP session to the principal that opened it."""
+    return AuthenticatedUser(AccessToken(token="", client_id=tenant, scopes=[]))
 
 
 def http_app(server: MCPServer) -> Any:
