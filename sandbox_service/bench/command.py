@@ -105,24 +105,10 @@ async def measure(
         for concurrency in options.concurrency:
             for batch in _batches(options):
                 point = Point("service", name, concurrency, batch)
-                if sampler is not None:
-                    sampler.start()
-                await progress.track(
-                    f"service {name} c={concurrency} batch={batch}",
-                    point,
-                    service_point(
-                        point,
-                        host,
-                        port,
-                        workload,
-                        options.point_s,
-                        options.max_calls,
-                        options.timeout_s,
-                    ),
+                label = f"service {name} c={concurrency} batch={batch}"
+                await _sampled(
+                    point, label, host, port, workload, options.point_s, options, sampler, progress
                 )
-                if sampler is not None:
-                    calls = len(point.latencies_s) * point.batch
-                    point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
                 points.append(_stamped(point))
         points += await _batch_rounds(host, port, workload, options, sampler, progress)
         usable = _usable(fair, workload)
@@ -162,24 +148,36 @@ async def _batch_rounds(
         for r in range(options.batch_rounds):
             for batch in _batches(options):
                 point = Point("batch round", workload.name, concurrency, batch)
-                sampler.start()
-                await progress.track(
-                    f"round {r + 1} {workload.name} c={concurrency} batch={batch}",
-                    point,
-                    service_point(
-                        point,
-                        host,
-                        port,
-                        workload,
-                        options.round_s,
-                        options.max_calls,
-                        options.timeout_s,
-                    ),
+                label = f"round {r + 1} {workload.name} c={concurrency} batch={batch}"
+                await _sampled(
+                    point, label, host, port, workload, options.round_s, options, sampler, progress
                 )
-                calls = len(point.latencies_s) * point.batch
-                point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
                 rounds.append(_stamped(point))
     return rounds
+
+
+async def _sampled(
+    point: Point,
+    label: str,
+    host: str,
+    port: int,
+    workload: Workload,
+    seconds: float,
+    options: BenchOptions,
+    sampler: StackSampler | None,
+    progress: Progress,
+) -> None:
+    """Measure one service point for `seconds`, with the stack's CPU per call when sampled."""
+    if sampler is not None:
+        sampler.start()
+    await progress.track(
+        label,
+        point,
+        service_point(point, host, port, workload, seconds, options.max_calls, options.timeout_s),
+    )
+    if sampler is not None:
+        calls = len(point.latencies_s) * point.batch
+        point.cpu_ms_per_call, point.rss_mb = await sampler.stop(calls)
 
 
 def _usable(fair: tuple[Baseline, ...], workload: Workload) -> tuple[Baseline, ...]:

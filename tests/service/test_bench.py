@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,20 +129,27 @@ def test_only_plain_http_on_loopback_is_benchmarked(url: str) -> None:
     assert loopback_target("http://localhost") == ("localhost", 80)
 
 
+def compare_batch(stack: Stack, **overrides: Any) -> BenchOptions:
+    """A short single-against-batches-of-4 run against the test stack."""
+    return dataclasses.replace(
+        BenchOptions(
+            workloads=("print",),
+            concurrency=(2,),
+            point_s=0.2,
+            max_calls=8,
+            compare_batch=4,
+            baseline=False,
+            url=stack.url,
+            progress=False,
+        ),
+        **overrides,
+    )
+
+
 def test_compare_batch_measures_each_point_single_then_batched(
     stack: Stack, tmp_path: Path
 ) -> None:
-    options = BenchOptions(
-        workloads=("print",),
-        concurrency=(2,),
-        point_s=0.2,
-        max_calls=8,
-        compare_batch=4,
-        baseline=False,
-        url=stack.url,
-        progress=False,
-    )
-    points = run_bench(options, tmp_path)["points"]
+    points = run_bench(compare_batch(stack), tmp_path)["points"]
     assert [(p["target"], p["batch"], p["failed"]) for p in points] == [
         ("service", 1, 0),
         ("service", 4, 0),
@@ -150,18 +159,7 @@ def test_compare_batch_measures_each_point_single_then_batched(
 def test_batch_rounds_alternate_single_and_batched_and_report_each_share(
     stack: Stack, tmp_path: Path
 ) -> None:
-    options = BenchOptions(
-        workloads=("print",),
-        concurrency=(2,),
-        point_s=0.2,
-        max_calls=8,
-        compare_batch=4,
-        batch_rounds=2,
-        round_s=0.3,
-        baseline=False,
-        url=stack.url,
-        progress=False,
-    )
+    options = compare_batch(stack, batch_rounds=2, round_s=0.3)
     report = run_bench(options, tmp_path)
     rounds = [(p["target"], p["batch"], p["failed"]) for p in report["points"][2:]]
     assert rounds == [("batch round", 1, 0), ("batch round", 4, 0)] * 2

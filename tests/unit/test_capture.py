@@ -1,7 +1,8 @@
-"""The head-and-tail cut of a program's output (sandbox_service/jail/capture.py), pure."""
+"""The head-and-tail cut of a program's output (sandbox_service/jail/capture.py); no service."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -60,3 +61,23 @@ def test_memory_stays_bounded_whatever_is_fed() -> None:
         buffer.feed(b"x" * 65536)
     assert buffer.total == 2000 * 65536
     assert len(buffer._head) <= 4096 and len(buffer._tail) <= 4096
+
+
+def test_drain_tells_a_pipe_at_its_end_from_one_merely_empty_and_bounds_its_reads() -> None:
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        buffer = CappedBuffer(1 << 20)
+        os.write(write_end, b"abc")
+        assert buffer.drain(read_end) is False  # empty now, but its writer may write more
+        assert buffer.kept() == b"abc"
+        os.write(write_end, b"x" * (1 << 16))
+        assert buffer.drain(read_end, reads=1) is False  # one read, the pipe not yet at its end
+        os.close(write_end)
+        write_end = -1
+        assert buffer.drain(read_end) is True
+        assert buffer.total == 3 + (1 << 16)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
