@@ -7,20 +7,29 @@ VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2 g++
+DEB_PACKAGES := libnl-3-200 libnl-route-3-200 redis-server iproute2 g++ nodejs \
+  openjdk-17-jdk-headless libjavatuples-java
 # One venv whose installed extras grow with the targets run: `make setup` (hence `make run`)
 # installs the service alone; a target that needs an extra installs it once, stamped by
 # .installed-<extra> and redone when pyproject.toml changes. uv keeps a package cache
 # (~/.cache/uv), so a reinstall on the same machine is seconds, even with the several-GB PyTorch
 # wheel of the `rl` extra. `make setup EXTRAS=dev,rl` adds extras to the setup.
 EXTRAS ?=
+# Every install is constrained by a committed lock (`make lock` moves it): locks/dev.txt holds
+# the service and the dev, rl, deploy and mcp extras (the newest torch and transformers);
+# locks/rl-pinned.txt the same service with the dev and rl extras on the pinned GPU stack
+# (locks/gpu-stack.in: the vllm extra's torch and transformers); locks/vllm.txt the rl and vllm
+# extras for CUDA GPU hosts. uv itself is pinned here.
+LOCK := locks/dev.txt
+UV_VERSION := 0.13.9
+COMPILE := $(UV) pip compile -q --python-version 3.12 --python-platform x86_64-unknown-linux-gnu
 comma := ,
 extra = $(VENV)/.installed-$(1)
 DEV := $(call extra,dev)
 RL := $(call extra,rl)
 DEPLOY := $(call extra,deploy)
 
-.PHONY: help setup system-packages run test test-fast test-cgroup2 lint format bench bench-executor bench-ceiling loadtest deploy-check clean demo-rl image-build image-test image-test-if-possible
+.PHONY: help setup system-packages run gpu-bundle lock test-rl-pinned test test-fast test-cgroup2 lint format bench bench-executor bench-ceiling loadtest deploy-check clean demo-rl image-build image-test image-test-if-possible
 
 help:
 	@echo "make run    - set up (the service alone) and run it locally (API on http://127.0.0.1:8000)"
@@ -28,6 +37,8 @@ help:
 	@echo "make test-cgroup2 - tests/cgroup2 inside a cgroup v2 guest (QEMU)"
 	@echo "make image-test - build the images, run the compose stack under podman and test it"
 	@echo "make lint   - ruff and mypy"
+	@echo "make lock   - move the locks (locks/*.txt) to the newest versions pyproject.toml allows"
+	@echo "make test-rl-pinned - tests/rl on the pinned GPU stack (torch 2.8.0, transformers 4.x)"
 
 setup: system-packages $(STAMP) $(foreach e,$(subst $(comma), ,$(EXTRAS)),$(call extra,$(e)))
 
@@ -36,39 +47,74 @@ system-packages:
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
+	  echo "installing Debian packages:$$missing (apt; a minute or two the first time, for the JDK)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@set -e; \
 	if [ ! -x $(PY) ]; then \
 	  PYBIN=$$(scripts/find-python.sh $(PYTHON_VERSION)); \
 	  echo "creating $(VENV) with $$PYBIN"; \
 	  $$PYBIN -m venv $(VENV); \
 	fi; \
-	[ -x $(UV) ] || $(PY) -m pip install -q uv; \
-	$(UV) pip install -q --compile-bytecode --python $(PY) -e .; \
+	[ "$$($(UV) --version 2>/dev/null)" = "uv $(UV_VERSION)" ] || $(PY) -m pip install -q uv==$(UV_VERSION); \
+	echo "installing rl-sandbox and its dependencies (numpy, scipy, sympy, matplotlib...) into $(VENV)"; \
+	echo "  with uv: about a minute the first time on a 2-core machine, seconds from uv's cache"; \
+	$(UV) pip install -q --compile-bytecode --python $(PY) -c $(LOCK) -e .; \
 	scripts/make-runtime-traversable.sh $(PY); \
 	touch $(STAMP)
 
-# An extra on top of the service (pip keeps the extras installed before).
-$(VENV)/.installed-%: $(STAMP) pyproject.toml
-	$(UV) pip install -q --compile-bytecode --python $(PY) -e '.[$*]'
+# An extra on top of the service (pip keeps the extras installed before), at the lock's versions.
+$(VENV)/.installed-%: $(STAMP) pyproject.toml $(LOCK)
+	@echo "installing the $* extra into $(VENV) (uv; the rl extra's PyTorch takes minutes the first time)"
+	$(UV) pip install -q --compile-bytecode --python $(PY) -c $(LOCK) -e '.[$*]'
 	@touch $@
+
+# Move the locks to the newest versions pyproject.toml allows (then `make setup` installs them).
+lock: $(STAMP)
+	$(COMPILE) --upgrade pyproject.toml --extra dev --extra rl --extra deploy --extra mcp -o locks/dev.txt
+	$(COMPILE) --upgrade pyproject.toml --extra dev --extra rl -c locks/gpu-stack.in -o locks/rl-pinned.txt
+	$(COMPILE) --upgrade pyproject.toml --extra rl --extra vllm -o locks/vllm.txt
+
+# tests/rl on the pinned GPU stack (torch 2.8.0 and transformers 4.x of locks/rl-pinned.txt;
+# PyPI's torch, a CUDA build that runs on the CPU), in a venv cached under ~/.cache/rl-sandbox
+# keyed by the lock (first build ~1.5 min with a warm network), beside the suite's newest stack.
+PINNED_ENV = $(HOME)/.cache/rl-sandbox/rl-pinned-env-$(shell sha256sum locks/rl-pinned.txt | cut -c1-12)
+# make test runs the files whose code calls torch's or transformers' APIs that moved between
+# the two stacks (FSDP2, DTensor, collectives, the weight push, the engines); PINNED_TESTS=tests/rl
+# runs all of them.
+PINNED_TESTS ?= tests/rl/test_rl_fsdp.py tests/rl/test_rl_vllm_sync.py \
+  tests/rl/test_rl_vllm_boundary.py tests/rl/test_rl_vllm_fake.py tests/rl/test_rl_engine_hf.py \
+  tests/rl/test_rl_update.py
+test-rl-pinned: setup
+	@if [ ! -f $(PINNED_ENV)/.complete ]; then \
+	  rm -rf $(PINNED_ENV) && \
+	  $(UV) venv -q --python "$$(scripts/find-python.sh $(PYTHON_VERSION))" $(PINNED_ENV) && \
+	  $(UV) pip install -q --python $(PINNED_ENV)/bin/python -r locks/rl-pinned.txt && \
+	  $(UV) pip install -q --python $(PINNED_ENV)/bin/python --no-deps -e . && \
+	  scripts/make-runtime-traversable.sh $(PINNED_ENV)/bin/python && \
+	  touch $(PINNED_ENV)/.complete; \
+	fi
+	$(PINNED_ENV)/bin/pytest -p no:cacheprovider $(PINNED_TESTS)
 
 run: setup
 	$(VENV)/bin/rl-sandbox up
 
-# After the suite, tests/cgroup2 again on a real cgroup v2 kernel (test-cgroup2), unless this host
-# is v2 already (then the suite ran them there) or CGROUP2_GUEST=0; then the images and the
-# compose stack (image-test: 1.3 min with podman's storage warm, 4.3 cold), unless IMAGE_TEST=0
-# or podman cannot be had on this machine (then a line says it was skipped, and why).
+# After the suite, the trainer's version-sensitive tests on the pinned GPU stack
+# (test-rl-pinned, unless PINNED_STACK=0), then tests/cgroup2 again on a real cgroup v2 kernel
+# (test-cgroup2), unless this host is v2 already (then the suite ran them there) or
+# CGROUP2_GUEST=0; then the images and the compose stack (image-test: 1.3 min with podman's
+# storage warm, 4.3 cold), unless IMAGE_TEST=0 or podman cannot be had on this machine (then a
+# line says it was skipped, and why).
 CGROUP2_GUEST ?= 1
 IMAGE_TEST ?= 1
+PINNED_STACK ?= 1
 test: setup $(DEV) $(RL) $(DEPLOY)
 	$(VENV)/bin/pytest
+	@if [ "$(PINNED_STACK)" = 0 ]; then echo "test-rl-pinned skipped (PINNED_STACK=0)"; \
+	else $(MAKE) --no-print-directory test-rl-pinned; fi
 	@if [ "$(CGROUP2_GUEST)" = 0 ]; then echo "test-cgroup2 skipped (CGROUP2_GUEST=0)"; \
 	elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup v2 host: tests/cgroup2 ran natively"; \
 	else $(MAKE) --no-print-directory test-cgroup2; fi
@@ -118,6 +164,12 @@ deploy-check: setup $(DEPLOY)
 # a private rl-sandbox that the run starts and stops. Writes runs/demo-rl/{metrics.jsonl,metrics.png}.
 demo-rl: setup $(RL)
 	$(VENV)/bin/rl-sandbox train --config configs/demo-rl.toml
+
+# What a lent GPU host without a package registry needs carried beside the working tree
+# (.gpu-bundle/, git-ignored, at most 64 MiB): part (b)'s tiny Qwen2 model directory and a
+# manifest. Prints its size and the one command to send (docs/rl.md, "The GPU check").
+gpu-bundle: setup $(RL)
+	$(PY) scripts/gpu_check.py --bundle
 
 # Locust, headless and bounded (LOADTEST_TIME), against a private service on 127.0.0.1 that it
 # starts and stops: RL tool-call mix and session episodes, every status checked (LOADTEST_SESSIONS=

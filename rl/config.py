@@ -11,6 +11,7 @@ from typing import Literal
 RocMode = Literal["paper", "release"]
 ErrDetector = Literal["structured", "release"]
 FormatRule = Literal["paper", "release"]
+AnswerKind = Literal["math", "code"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,10 @@ class GRPOConfig:
     """"paper": (answers - 1) / turns; "release": regex turn count that misses the first turn."""
 
     # reward
+    answer_kind: AnswerKind = "math"
+    """"math": the last \\boxed{} against the truth; "code": the last code block's POST /grade."""
     fallback_to_last_boxed: bool = False
-    """Grade the last \\boxed{} anywhere when <answer> holds none (the release's behaviour)."""
+    """Grade the last \\boxed{} (code: fenced block) anywhere when <answer> holds none (release)."""
     verify_timeout_s: float = 5.0
     """Hard wall-clock limit of one answer check, enforced by killing its worker process."""
     verify_workers: int = 2
@@ -88,6 +91,8 @@ class GRPOConfig:
             raise ValueError(f"err_detector {self.err_detector!r} is not 'structured' or 'release'")
         if self.format_rule not in ("paper", "release"):
             raise ValueError(f"format_rule {self.format_rule!r} is not 'paper' or 'release'")
+        if self.answer_kind not in ("math", "code"):
+            raise ValueError(f"answer_kind {self.answer_kind!r} is not 'math' or 'code'")
         if self.sample_eps <= 0:
             raise ValueError("sample_eps must be positive")
         if not 0 < self.eps_low < 1 or self.eps_high <= 0:

@@ -29,7 +29,12 @@ from rl.advantages import group_advantages
 from rl.config import GRPOConfig
 from rl.logprobs import ResponseBatch, pad_responses, response_logprobs
 from rl.loss import policy_loss
-from rl.parallel.distributed import backward_over_ranks, gather_objects, my_micro_batches
+from rl.parallel.distributed import (
+    backward_over_ranks,
+    clip_grad_norm,
+    gather_objects,
+    my_micro_batches,
+)
 from rl.penalties import is_infrastructure_failure, total_penalty
 from rl.roc import roc_select
 from rl.trajectory import Trajectory
@@ -282,7 +287,7 @@ def minibatch_step(
         device=device,
     )
     params = [p for p in model.parameters() if p.grad is not None]
-    sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+    sums["grad_norm"] = clip_grad_norm(params, config.grad_clip)
     optimizer.step()
     return sums
 

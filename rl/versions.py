@@ -46,6 +46,10 @@ _VLLM_API: tuple[tuple[str, str], ...] = (
     ("vllm.AsyncLLMEngine", "wake_up"),
     ("vllm.AsyncLLMEngine", "reset_prefix_cache"),
     ("vllm.model_executor.model_loader.utils", "process_weights_after_loading"),
+    ("vllm.platforms.current_platform", "is_sleep_mode_available"),
+    # the separate placement's weight-update group (vLLM's RLHF examples)
+    ("vllm.distributed.utils.StatelessProcessGroup", "create"),
+    ("vllm.distributed.device_communicators.pynccl.PyNcclCommunicator", "broadcast"),
 )
 _VLLM_ENGINE_ARGS = ("enable_sleep_mode", "logprobs_mode", "worker_extension_cls")
 

@@ -3,34 +3,76 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from sandbox_service.settings import Settings, UnknownSettingError
+from sandbox_service import __version__
+
+if TYPE_CHECKING:
+    from sandbox_service.settings import Settings
+
+# Nothing heavy at module level: `rl-sandbox mcp` must answer its host within a second, and
+# `--help` and `--version` should not wait for pydantic-settings either.
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose help may end with every server setting (imported only for the help)."""
+
+    def __init__(self, *args: Any, settings_help: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._settings_help = settings_help
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self._settings_help:
+            from sandbox_service.settings import settings_help
+
+            text += "\n" + settings_help()
+        return text
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="rl-sandbox", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="rl-sandbox", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rl-sandbox {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run one program in the jail, no service; print JSON")
     run.add_argument("file", nargs="?", default="-", help="program file, or - for stdin")
     run.add_argument("--timeout", type=float, default=10.0, help="wall-clock limit, seconds")
     run.add_argument("--memory-mb", type=int, default=1024, help="memory limit of the tree")
     run.add_argument("--stdin", default="", help="text fed to the program's standard input")
-    run.add_argument("--mode", choices=["warm", "cold"], default=None, help="executor mode")
+    run.add_argument(
+        "--language",
+        choices=["python", "cpp", "java", "javascript", "bash"],
+        default="python",
+        help="the program's language (default python)",
+    )
+    run.add_argument(
+        "--mode",
+        choices=["warm", "cold"],
+        default=None,
+        help="executor mode (default cold: one program pays for no preload)",
+    )
 
     up = sub.add_parser(
-        "up", help="run everything locally: private Redis (unless REDIS_URL), workers, API"
+        "up",
+        help="run everything locally: private Redis (unless REDIS_URL), workers, API",
+        description="Run everything on this host: a private Redis (unless REDIS_URL names one), "
+        "one worker per core and the API. Every setting below is an environment variable.",
+        settings_help=True,
     )
     _add_listen_arguments(up)
     up.add_argument("--workers", type=int, default=None, help="worker processes (default: cores)")
 
-    api = sub.add_parser("api", help="run the HTTP API against REDIS_URL")
+    api = sub.add_parser("api", help="run the HTTP API against REDIS_URL", settings_help=True)
     _add_listen_arguments(api)
 
-    worker = sub.add_parser("worker", help="run this host's worker processes against REDIS_URL")
+    worker = sub.add_parser(
+        "worker", help="run this host's worker processes against REDIS_URL", settings_help=True
+    )
     worker.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: cores)"
     )
@@ -71,17 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--ratio-rounds", type=int, default=3, help="alternating service/baseline rounds"
     )
+    bench.add_argument(
+        "--round-s", type=float, default=4.0, help="seconds of calls per alternating round"
+    )
     bench.add_argument("--workers", type=int, default=None, help="workers of the private stack")
     bench.add_argument("--out", default="reports/bench", help="directory of the report and plot")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     mcp = sub.add_parser(
-        "mcp", help="an MCP server on stdio whose python tools run on a running service (mcp extra)"
+        "mcp", help="an MCP server on stdio whose python tools run on a running service"
     )
     mcp.add_argument(
         "--url", default=None, help="the service (default: RL_SANDBOX_URL, else 127.0.0.1:8000)"
     )
     mcp.add_argument("--max-timeout", type=float, default=60.0, help="the service's max_timeout")
+    mcp.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        default="WARNING",
+        help="what goes to stderr (default WARNING: every HTTP call is logged at INFO)",
+    )
 
     train = sub.add_parser("train", help="GRPO-RoC training from a config file (rl extra)")
     source = train.add_mutually_exclusive_group(required=True)
@@ -116,6 +167,8 @@ def _add_listen_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from sandbox_service.settings import Settings
+
     overrides: dict[str, object] = {}
     if getattr(args, "workers", None) is not None:
         overrides["workers"] = args.workers
@@ -126,10 +179,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; a misspelled setting stops it with exit status 2."""
     args = build_parser().parse_args(argv)
     try:
-        return _run(args)
-    except UnknownSettingError as exc:
-        print(f"rl-sandbox: {exc}", file=sys.stderr)
-        return 2
+        if args.command == "mcp":
+            return _mcp(args)
+        from sandbox_service.settings import UnknownSettingError
+
+        try:
+            return _run(args)
+        except UnknownSettingError as exc:
+            print(f"rl-sandbox: {exc}", file=sys.stderr)
+            return 2
+    except BrokenPipeError:
+        # The reader went away (`rl-sandbox run x.py | head`): what is left to print goes
+        # nowhere, and the interpreter must not fail flushing stdout at exit either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from sandbox_service.api.compat.mcp_stdio import run_stdio
+
+    url = args.url or os.environ.get("RL_SANDBOX_URL", "http://127.0.0.1:8000")
+    api_key = os.environ.get("RL_SANDBOX_API_KEY")
+    return run_stdio(url, api_key, args.max_timeout, args.log_level)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -147,13 +218,6 @@ def _run(args: argparse.Namespace) -> int:
         from rl.run.evaluate import eval_command
 
         return eval_command(args)
-    if args.command == "mcp":
-        import os
-
-        from sandbox_service.api.compat.mcp_server import run_stdio
-
-        url = args.url or os.environ.get("RL_SANDBOX_URL", "http://127.0.0.1:8000")
-        return run_stdio(url, os.environ.get("RL_SANDBOX_API_KEY"), args.max_timeout)
     if args.command == "bench":
         from sandbox_service.bench.command import bench_command
 

@@ -53,6 +53,8 @@ class ExecutionSpec:
     execution_id: str = ""
     seed: int | None = None
     """Seeds the preloaded random generators at the start (None: fresh entropy)."""
+    keep_processes: bool = False
+    """Session cell: what it started keeps running after it (a replay never keeps)."""
 
 
 @dataclass(frozen=True, slots=True)

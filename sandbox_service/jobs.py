@@ -23,6 +23,7 @@ from sandbox_service.execution import (
     ProgramError,
     Status,
 )
+from trainer_client.wire import COMPILED_LANGUAGES
 
 if TYPE_CHECKING:
     from sandbox_service.settings import Settings
@@ -70,9 +71,12 @@ class JobPayload:
     """Epoch seconds past which the result is no longer wanted (0: none): a worker does not
     start it then, and stops it there (`deadline_exceeded`)."""
     language: str = "python"
-    """`python`, or `cpp` (compiled in the jail first: jail/cpp.py)."""
+    """`python`, or another of SUPPORTED_LANGUAGES (jail/languages.py)."""
     tenant: str = "default"
     """The tenant whose request this is: its compiled binaries are its own."""
+    keep_processes: bool = False
+    """Session cell: the processes it leaves keep running after it (E2B's background commands);
+    otherwise they are killed when it ends. Set by the service's E2B wire, never a client."""
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict stored in the RQ job."""
@@ -110,6 +114,8 @@ class JobPayload:
         if self.language != "python":
             wire["lg"] = self.language
             wire["tn"] = self.tenant
+        if self.keep_processes:
+            wire["kp"] = 1
         return wire
 
     @staticmethod
@@ -143,6 +149,7 @@ class JobPayload:
             deadline=float(wire.get("dl", 0.0)),
             language=str(wire.get("lg", "python")),
             tenant=str(wire.get("tn", "default")),
+            keep_processes=bool(wire.get("kp", 0)),
         )
 
     def budget_timeout_s(self, max_timeout_s: float) -> float:
@@ -152,7 +159,7 @@ class JobPayload:
 
     def compile_budget_s(self, settings: Settings) -> float:
         """Seconds a compiled program may compile before it runs (0 for Python)."""
-        return 0.0 if self.language == "python" else settings.cpp_compile_timeout_s
+        return settings.compile_timeout_s if self.language in COMPILED_LANGUAGES else 0.0
 
     def worker_budget_s(self, settings: Settings) -> float:
         """How long a worker may hold this job (RQ's job timeout)."""
@@ -188,6 +195,7 @@ class JobPayload:
             ),
             execution_id=execution_id,
             seed=self.seed,
+            keep_processes=self.keep_processes,
         )
 
 

@@ -14,6 +14,9 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `rq:queue:<queue>:w:<worker>` | list: a worker's own queue | API | that worker | dequeued |
 | `<queue>:session:<id>` | hash: `owner` worker, `n` cells | API (claim), owner | both | TTL |
 | `<queue>:cells:<id>` | list: recorded cells (JSON) | owner worker | restoring worker | TTL |
+| `<queue>:segment:<hex>` | list: sealed cells forks share | owner (fork) | restoring worker | TTL |
+| `<queue>:recorded-bytes:<t>` | hash: list key -> bytes, `total` | workers | API | pruned |
+| `<queue>:recorded-until:<t>` | zset: list key -> expiry | workers, API | workers, API | pruned |
 | `<queue>:cancelled:<xid>` | marker: its client left | API | workers, at start | job budget |
 | `<queue>:cancel:<worker>` | list: execution ids to kill now | API | that worker | `result_ttl_s` |
 | `<queue>:stats:<worker>` | string: JSON WorkerStats | that worker | API `/metrics` | >= 60 s |
@@ -26,6 +29,8 @@ Keys written by RQ itself follow RQ's own scheme and are named here too, so that
 | `<queue>:sessions-of:<tenant>` | zset: session id -> expiry | API | API | pruned |
 | `<queue>:e2b:<sid>` | string: JSON E2B sandbox record | API | API | the sandbox's timeout |
 | `<queue>:e2b-contexts:<sid>` | hash: context id -> JSON | API | API | the sandbox's timeout |
+| `<queue>:e2b-cells:<sid>:<c>` | list: `[count, source]`, last cells | API | API | its timeout |
+| `<queue>:e2b-lock:<sid>` | string: holder's token (context switch + cell) | API | API | 3 cells |
 | `<queue>:e2b-owned:<tenant>` | zset: sandbox id -> end (epoch s) | API | API (list) | pruned |
 
 Tenant "default" (an open server, or a single `api_key`) uses the shared queue `<queue>` itself,
@@ -38,6 +43,11 @@ A chunk is one RQ job that carries several calls of a batch (`<xid>` of its item
 `<q>` (`<queue>` or `<queue>:t:<tenant>`), whose `rq:queue:<q>:chunks` lets the admission bound
 and the tenant's share count its calls while it waits (named after the queue's list, so that the
 admission script finds it from that key).
+A session's recorded cells are its hash's `chain` (the ids of sealed segments, oldest first,
+`based` cells in all) followed by its own `cells` list. A fork seals its parent's own list into a
+segment (a rename) and gives each fork the chain by reference: stored once, however many forks
+and forks of forks. Every stored list (a session's own or a segment) is charged to its tenant in
+`recorded-bytes` until it expires (`recorded-until`, pruned by the scripts that read the total).
 A worker's own queue holds the cells of the sessions it owns (served in turn with the shared
 queue); the API watchdog moves what is queued there when the worker dies. TTL: `session_ttl_s`
 since the session's last use. `<g>` is a group's internal id (`tenancy.scoped`: the tenant's name,
@@ -100,6 +110,21 @@ def session(queue: str, session_id: str) -> str:
 def session_cells(queue: str, session_id: str) -> str:
     """List of one session's recorded cells, replayed to restore it on another worker."""
     return f"{queue}:cells:{session_id}"
+
+
+def segment(queue: str, segment_id: str) -> str:
+    """A sealed list of recorded cells that a session's forks share (by reference)."""
+    return f"{queue}:segment:{segment_id}"
+
+
+def recorded_bytes(queue: str, tenant: str) -> str:
+    """Hash of a tenant's stored cell lists and segments -> their bytes, and `total`."""
+    return f"{queue}:recorded-bytes:{tenant}"
+
+
+def recorded_until(queue: str, tenant: str) -> str:
+    """Sorted set of a tenant's stored cell lists and segments, scored by their expiry."""
+    return f"{queue}:recorded-until:{tenant}"
 
 
 def cancelled(queue: str, execution_id: str) -> str:
@@ -165,6 +190,16 @@ def e2b_sandbox(queue: str, sandbox_id: str) -> str:
 def e2b_contexts(queue: str, sandbox_id: str) -> str:
     """Hash of one E2B sandbox's code contexts: context id -> JSON (cwd, language, cells run)."""
     return f"{queue}:e2b-contexts:{sandbox_id}"
+
+
+def e2b_cells(queue: str, sandbox_id: str, context_id: str) -> str:
+    """The last cells of an E2B sandbox's context: their sources, for its tracebacks."""
+    return f"{queue}:e2b-cells:{sandbox_id}:{context_id}"
+
+
+def e2b_lock(queue: str, sandbox_id: str) -> str:
+    """Held by the API replica running a context's switch and cell in an E2B sandbox."""
+    return f"{queue}:e2b-lock:{sandbox_id}"
 
 
 def e2b_owned(queue: str, tenant: str) -> str:

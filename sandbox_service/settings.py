@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -69,7 +70,11 @@ class Settings(BaseSettings):
     """Every server setting, with its default; set any of them as RL_SANDBOX_<NAME>."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        use_attribute_docstrings=True,  # each field's docstring is its help (settings_help)
     )
 
     # --- request limits (API spec) ---
@@ -109,6 +114,10 @@ class Settings(BaseSettings):
     `max_in_flight`, `max_sessions`; tenants_file.py); with api_key too, that key is one more
     tenant, "default". Read by the API at start-up; the workers learn the names and weights
     from Redis, never the keys."""
+    operator_key: str | None = None
+    """The operator's key: `Authorization: Bearer <operator_key>` on `GET /metrics/tenants` gets
+    every tenant's series (a tenant's key gets its own). It opens nothing else: it runs no code
+    and is no tenant. It must differ from every tenant's key (the API refuses to start)."""
 
     # --- queue and admission ---
     redis_url: str | None = Field(
@@ -148,13 +157,18 @@ class Settings(BaseSettings):
     """`warm`: fork from a preloaded jailed zygote; `cold`: a fresh nsjail per execution."""
     jail_start_timeout_s: float = Field(120.0, gt=0)
     """A jail whose zygote is not ready (preload included) this long after nsjail started has
-    failed. The preload takes about a second here; emulated hosts (the cgroup v2 test guest) need
-    minutes."""
+    failed. The preload takes 2-4 s here (12 s at load 12 on 2 cores); emulated hosts (the
+    cgroup v2 test guest) need minutes."""
     preload: Literal["math", "full"] = "math"
-    """Warm mode: what the zygote imports before serving. `math`: numpy, sympy, mpmath (the math
-    tool calls' libraries; a program importing scipy or matplotlib pays that import, about
-    0.4 s, in its run). `full`: scipy and matplotlib's pyplot too: those programs save the
-    import, every other call pays for the heap twice as large (docs/performance.md)."""
+    """Warm mode: what the zygote imports before serving. `math`: numpy, sympy, mpmath, pandas
+    (the math and data tool calls' libraries; a program importing scipy or matplotlib pays
+    that import, about 0.4 s, in its run). `full`: scipy and matplotlib's pyplot too: those
+    programs save the import, every other call pays for a larger heap (docs/performance.md)."""
+    lean_zygote: bool = True
+    """Warm mode: each slot keeps a second, lean zygote (the standard library's common modules
+    alone) for programs that import only the standard library (a static scan of their source),
+    whose fork and exit then skip the math zygote's heap; about 22 MiB more per slot
+    (docs/performance.md)."""
     zygote_max_runs: int = Field(10_000, ge=1)
     """A warm zygote is recycled after this many executions (and after any anomaly). A jail's
     start (nsjail, the preload, its exercise) costs 1.2-1.4 s of CPU here: at 1,000 runs that
@@ -198,17 +212,39 @@ class Settings(BaseSettings):
     session_ttl_s: int = Field(1800, ge=1)
     """Idle sessions expire after this long."""
     max_sessions_per_worker: int = Field(16, ge=1)
-    """Live sessions one worker holds; the least recently used is evicted past it."""
+    """Live sessions one worker holds, shared by tenant weight: a tenant's new session past its
+    share on this worker evicts that tenant's own least recently used (rebuilt from its records
+    when used); past its share of every live worker's slots, the API answers 429."""
+    max_session_recorded_bytes: int = Field(64 << 20, ge=1)
+    """Bytes of recorded cells (code, stdin, files) one session may hold, the prefix it shares
+    with the session it was forked from included: a cell that would take it past is 422."""
+    max_tenant_recorded_bytes: int = Field(1 << 30, ge=1)
+    """Bytes of recorded cells one tenant's sessions may keep in Redis, a prefix shared by forks
+    counted once: a session cell that would take it past is 429 until sessions end or expire."""
+    max_grade_cases: int = Field(256, ge=1)
+    """Most cases (tests) one POST /grade request may hold."""
+    max_mcp_sessions: int = Field(10_000, ge=1)
+    """Streamable-HTTP MCP sessions one API process keeps open (each until its DELETE or 30
+    minutes idle); when tenants share the server, each may hold its weight's share (at least
+    one): a tenant past its share is answered 429, never another tenant."""
     max_fork_n: int = Field(64, ge=1, le=1024)
     """Most sessions one POST /sessions/{id}/fork may make (its `n`)."""
     session_spares: int = Field(1, ge=0)
     """Session jails a worker keeps started ahead (once it has served a session), so that a new
     session does not wait for a jail's preload (~1 s); more absorb bursts of new sessions."""
 
-    # --- compiled languages (language "cpp") ---
-    cpp_compile_timeout_s: float = Field(10.0, gt=0, le=120)
-    """Wall-clock limit of g++ compiling one C++ program in the jail (SandboxFusion's default);
-    a job's budget is its program's limit plus this."""
+    # --- compiled languages (language "cpp", "java") ---
+    compile_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=120,
+        validation_alias=AliasChoices(
+            "RL_SANDBOX_COMPILE_TIMEOUT_S", "RL_SANDBOX_CPP_COMPILE_TIMEOUT_S", "compile_timeout_s"
+        ),
+    )
+    """Wall-clock limit of g++ or javac compiling one program in the jail (SandboxFusion's
+    default); a job's budget is its program's limit plus this. RL_SANDBOX_CPP_COMPILE_TIMEOUT_S,
+    its name when only C++ compiled, is read too."""
 
     # --- drop-in compatibility (docs/compatibility.md) ---
     e2b_max_sandboxes: int = Field(1024, ge=1)
@@ -237,6 +273,14 @@ class Settings(BaseSettings):
     Start-up raises the process's open-file limit to fit, where the hard limit allows."""
     keep_alive_s: float = Field(30.0, gt=0)
     """An idle keep-alive connection is closed after this long."""
+    send_timeout_s: float = Field(30.0, gt=0)
+    """An answer's client must take it within this long, counted while the server waits on it
+    (the connection's send buffer full): past it the connection is closed and the answer's
+    memory freed. A total, not an idle time, as the read deadlines."""
+    max_unread_answer_bytes: int = Field(256 << 20, ge=0)
+    """Bytes of large answers (over 64 KiB) one API process holds for clients still reading
+    them. Over it, a new call is refused 503 before it runs, and a large answer that would go
+    over is replaced by a 503 (its result dropped; retry): never more held than this."""
     log_level: str = "INFO"
     """Level of the JSON-lines logs on stderr."""
 
@@ -270,13 +314,13 @@ class Settings(BaseSettings):
         # the margin clients add to a program's budget, so a client never gives up (and resends)
         # work the server is still going to answer.
         # A C++ program's compile comes on top of its timeout (jobs.JobPayload.compile_budget_s).
-        server_beyond_program_s = self.api_wait_s(self.cpp_compile_timeout_s)
+        server_beyond_program_s = self.api_wait_s(self.compile_timeout_s)
         if server_beyond_program_s >= self.client_response_margin_s:
             raise ValueError(
                 f"the API waits up to {server_beyond_program_s:g} s beyond a program's timeout "
                 "(queue_deadline_s + a C++ compile + job start and teardown + margin), "
                 f"not less than client_response_margin_s ({self.client_response_margin_s:g} s): "
-                "lower queue_deadline_s or cpp_compile_timeout_s, or raise the clients' "
+                "lower queue_deadline_s or compile_timeout_s, or raise the clients' "
                 "Timeouts.response_margin_s and client_response_margin_s together"
             )
         return self
@@ -287,6 +331,14 @@ class Settings(BaseSettings):
         `api_key` is tenant "default"; with a tenants file too, one more tenant besides the
         file's (which then may not name one "default" or reuse that key). Reads the file:
         TenantsFileError when it is not valid (the API checks it before it serves)."""
+        found = self._keys()
+        if self.operator_key is not None and any(
+            c.key == self.operator_key.encode() for c in found
+        ):
+            raise TenantsFileError("operator_key must differ from every tenant's key")
+        return found
+
+    def _keys(self) -> tuple[Credential, ...]:
         single = single_key(self.api_key)
         if self.tenants_file is None:
             return single
@@ -355,3 +407,18 @@ def setting_env_names() -> frozenset[str]:
         else:
             names.add(f"{ENV_PREFIX}{name}".upper())
     return frozenset(names)
+
+
+def settings_help() -> str:
+    """Every setting as an environment variable with its default and its docstring (the help
+    of `rl-sandbox up` and `api`)."""
+    lines = [
+        "settings (environment variables; defaults in sandbox_service/settings.py):",
+    ]
+    for name, field in Settings.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        lines.append(f"  {ENV_PREFIX}{name.upper()}={default!r}")
+        if field.description:
+            text = " ".join(field.description.split())
+            lines.append(textwrap.fill(text, 96, initial_indent=" " * 6, subsequent_indent=" " * 6))
+    return "\n".join(lines) + "\n"

@@ -44,6 +44,12 @@ def scoped(tenant: Tenant, ident: str) -> str:
     return f"{tenant.name}/{ident}"
 
 
+def tenant_of(internal: str) -> str:
+    """The tenant's name of an internal id made by `scoped` ("default" for one without `/`)."""
+    name, slash, _ = internal.partition("/")
+    return name if slash else DEFAULT_TENANT.name
+
+
 def unscoped(tenant: Tenant, internal: str) -> str | None:
     """The client's id of `internal` when it belongs to `tenant`, else None."""
     prefix = f"{tenant.name}/"

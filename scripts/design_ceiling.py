@@ -84,17 +84,17 @@ def zygote_floor(mode: str) -> None:
     back when the child is reaped."""
     import gc
 
-    from sandbox_service.jail import zygote
+    from sandbox_service.jail.inside import heap, libc
 
     if mode == "fork":
-        zygote.prepare_heap(huge_code=True)
-    else:  # as zygote.main without --preload
+        heap.prepare_heap(huge_code=True)
+    else:  # as the zygote's main (inside/pid1.py) without --preload
         gc.collect()
         gc.freeze()
-        zygote.interpreter_code_on_huge_pages()
+        heap.interpreter_code_on_huge_pages()
     os.write(1, b"r")
     while os.read(0, 1):
-        pid = zygote.fork_lean()
+        pid = libc.fork_lean()
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)

@@ -29,10 +29,10 @@ SYMPY_SOLVE = "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve((x - {a})
 
 def object_map() -> list[tuple[int, int, str]]:
     """(address, size, type name) of every object the zygote's walk reaches, by address."""
-    from sandbox_service.jail import zygote
+    from sandbox_service.jail.inside import heap
 
     rows = []
-    for obj in zygote.heap_objects():
+    for obj in heap.heap_objects():
         try:
             size = sys.getsizeof(obj)
         except TypeError:
@@ -52,9 +52,9 @@ def mappings() -> list[tuple[int, int, str]]:
 
 
 def inner(args: argparse.Namespace, out: Path) -> None:
-    from sandbox_service.jail import zygote
+    from sandbox_service.jail.inside import heap, libc
 
-    zygote.prepare_heap(
+    heap.prepare_heap(
         contiguous=not args.no_contiguous,
         immortal=not args.no_immortal,
         fill=not args.no_fill,
@@ -62,7 +62,7 @@ def inner(args: argparse.Namespace, out: Path) -> None:
     )
     children = []
     for i in range(args.children):
-        pid = zygote.fork_lean()  # as the zygote forks its standbys
+        pid = libc.fork_lean()  # as the zygote forks its standbys
         if pid == 0:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
             exec(args.code.format(a=i + 2, b=i + 9), {"__name__": "__main__"})

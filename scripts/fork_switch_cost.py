@@ -1,9 +1,9 @@
 """What switching between the live forks of a session adds to a cell, in one session jail.
 
 A session writes FILES files of SIZE bytes and is forked once; then cells alternate between
-the parent and its fork (each switch: the siblings stopped, the last member's scratch set aside
-as a tar, the scratch directories mounted afresh, this member's files put back by a helper that
-is the program's uid), against as many cells on one member (no switch). Prints the medians.
+the parent and its fork (each switch: the siblings stopped, the last member's scratch mounts
+moved aside and this member's moved back, inside/scratch.py), against as many cells on one
+member (no switch). Prints the medians.
 
     .venv/bin/python scripts/fork_switch_cost.py [--files 20] [--size 4096] [--cells 20]
 

@@ -5,15 +5,20 @@ from a config on the device in bf16; rollouts sampled by the transformers engine
 log-probs against the trainer's recomputation; the trainer's SFT step and a GRPO-RoC update
 (Resample-on-Correct, clipped loss, AdamW); the same update under FSDP2 on one rank (NCCL; gloo
 on the CPU); the vLLM weight push's buckets shared by IPC with a spawned process that rebuilds
-them (bytes equal, memory released after); throughput; one tool call through the real jail
+them through vLLM's msgpack boundary and the worker extension's own rl_load_bucket (every
+tensor's bytes equal, memory released after); throughput; one tool call through the real jail
 when a private service can start here (`--jail auto`), else what stood in is printed.
-Part (b), only where vLLM is installed and a local model directory is given (`--vllm-model`):
-the colocated VLLMEngine started on that model, the trainer's perturbed weights synced into it,
-32 prompts sampled, its log-probs against the trainer's after the sync, throughput.
+Part (b), only where vLLM is installed: the colocated VLLMEngine started on a small model (the
+`--vllm-model` directory, else .gpu-bundle's tiny Qwen2, else one written from a config: nothing
+downloaded), the trainer's perturbed weights synced into it, 32 prompts sampled, its log-probs
+against the trainer's after the sync, throughput.
 
-    python scripts/gpu_check.py                           # part (a) on the GPU
-    python scripts/gpu_check.py --vllm-model /models/Qwen2.5-0.5B-Instruct   # and part (b)
+Needs torch, transformers, tokenizers, numpy and msgpack only (any Python from 3.11).
+
+    python scripts/gpu_check.py                           # both parts on the GPU
+    python scripts/gpu_check.py --vllm-model /models/Qwen2.5-0.5B-Instruct   # part (b) on it
     python scripts/gpu_check.py --device cpu --jail off   # the dry run make test runs
+    python scripts/gpu_check.py --bundle                  # make gpu-bundle: .gpu-bundle/
 
 Exits 1 when a check fails (each prints FAIL and its numbers), 0 otherwise. A module with a
 guarded main: the spawned processes (the IPC check's, vLLM's engine core) re-import it.
@@ -263,7 +268,7 @@ def fsdp_one_rank(
         pushed = 0
         same = True
         whole = {n: full_tensor(p.detach()) for n, p in policy.named_parameters()}
-        for bucket, buffer in bucketed(policy.named_parameters(), 64 << 20):
+        for bucket, buffer in bucketed(policy.named_parameters(), 64 << 20, dtype=torch.bfloat16):
             for slot, (_, tensor) in zip(bucket.slots, _by_slot(bucket, whole), strict=True):
                 view = buffer[slot.offset : slot.offset + slot.numel]
                 same = same and torch.equal(view, tensor.reshape(-1).bfloat16())
@@ -290,49 +295,77 @@ def _digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _open_in_child(handles: list[bytes], out: Any) -> None:
-    """The spawned side of the IPC check: open each shared bucket, hash its bytes."""
-    from rl.engines.vllm_cuda import open_shared
+class _LoadedModel:
+    """What vLLM's model offers the worker extension (load_weights): here it hashes each
+    loaded tensor, so the parent can compare them with its own parameters."""
 
-    digests = []
-    for handle in handles:
-        buffer = open_shared(handle)
-        digests.append(_digest(buffer))
-        del buffer
-    out.put(digests)
+    def __init__(self) -> None:
+        self.digests: dict[str, str] = {}
+
+    def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in weights:
+            self.digests[name] = _digest(tensor)
+
+
+def _load_in_child(wire: list[bytes], out: Any) -> None:
+    """The spawned side of the IPC check: each bucket's arguments decoded from msgpack as vLLM's
+    engine core decodes them, then loaded by the worker extension's own rl_load_bucket."""
+    import msgpack  # type: ignore[import-untyped,unused-ignore]
+
+    from rl.engines.vllm_cuda import VLLMWorkerExtension
+
+    class Runner:
+        model = _LoadedModel()
+
+    worker = VLLMWorkerExtension()
+    worker.model_runner = Runner()
+    loaded = 0
+    for packed in wire:
+        handle, layout = msgpack.unpackb(packed)
+        loaded += worker.rl_load_bucket(handle, layout)
+    out.put((loaded, Runner.model.digests))
 
 
 def ipc_round_trip(model: Any, device: torch.device, bucket_bytes: int) -> None:
     """The push's buckets shared with a spawned process (CUDA IPC on a GPU, shared memory on
-    the CPU) and rebuilt there: the same bytes, and the memory back to where it was."""
-    from rl.engines.vllm_cuda import bucketed, release_ipc, share
+    the CPU) through vLLM's msgpack boundary, loaded there by VLLMWorkerExtension.rl_load_bucket:
+    every tensor's bytes equal to the parameter's, and the memory back to where it was."""
+    import msgpack
+
+    from rl.engines.vllm_cuda import bucketed, layout_wire, release_ipc, share
+    from rl.engines.vllm_sync import checkpoint_name
 
     sync(device)
     baseline = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     start = time.monotonic()
-    buffers = [buffer for _, buffer in bucketed(model.named_parameters(), bucket_bytes)]
-    handles = [share(b) for b in buffers]
-    expected = [_digest(b) for b in buffers]
+    held = list(bucketed(model.named_parameters(), bucket_bytes, dtype=torch.bfloat16))
+    wire = [msgpack.packb([share(b), layout_wire(bucket)]) for bucket, b in held]
+    expected = {
+        checkpoint_name(n): _digest(p.detach().to(torch.bfloat16))
+        for n, p in model.named_parameters()
+    }
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(target=_open_in_child, args=(handles, queue))
+    child = context.Process(target=_load_in_child, args=(wire, queue))
     child.start()
-    got = queue.get(timeout=240)
+    loaded, got = queue.get(timeout=240)
     child.join(60)
     took = time.monotonic() - start
-    size = sum(b.numel() * 2 for b in buffers)
-    del buffers, handles
+    size = sum(b.numel() * b.element_size() for _, b in held)
+    count = len(held)
+    del held, wire
     release_ipc(device)
     after = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     kind = (
         "CUDA IPC" if device.type == "cuda" else "shared memory (the CPU's stand-in for CUDA IPC)"
     )
+    same = got == expected
     check(
         "a",
-        got == expected and child.exitcode == 0,
-        f"push buckets by {kind} to a spawned process: {len(got)} buckets, "
-        f"{size / 2**20:.1f} MiB, bytes equal: {got == expected}, {size / 2**30 / took:.2f} "
-        f"GiB/s with the child's start-up",
+        same and loaded == len(expected) and child.exitcode == 0,
+        f"push buckets by {kind} through msgpack to a spawned process's rl_load_bucket: "
+        f"{count} buckets, {loaded} tensors, {size / 2**20:.1f} MiB, bytes equal: {same}, "
+        f"{size / 2**30 / took:.2f} GiB/s with the child's start-up",
     )
     if device.type == "cuda":
         check(
@@ -381,20 +414,41 @@ def tool_call(jail: str) -> None:
         )
 
 
+TINY_VLLM = Size(256, 4, 4, 688, 4000, 0, 0, 0, 0)
+"""Part (b)'s model when none is given: small enough to carry (bf16, a few MiB), with vLLM's
+usual head size (64)."""
+
+
+def write_tiny_model(directory: Path) -> Path:
+    """A Qwen2-architecture model directory as vLLM loads one (config.json, safetensors
+    weights, tokenizer), random weights from a config: nothing downloaded."""
+    tokenizer, model = build(TINY_VLLM, torch.device("cpu"))
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def part_b(model_path: str | None, device: torch.device) -> None:
-    """The colocated vLLM engine on a real small model: sync, sample, log-probs, throughput."""
-    if model_path is None:
-        say("b", "skipped: no --vllm-model given")
-        return
+    """The colocated vLLM engine on a small model (the one given, else the bundle's, else one
+    written now): sync, sample, log-probs, throughput."""
     try:
         import vllm  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     except ImportError:
-        say("b", "skipped: vllm is not installed (the `vllm` extra)")
+        say("b", "skipped: vllm is not installed (the `vllm` extra, or docs/rl.md's ROCm path)")
         return
     if device.type != "cuda":
         say("b", "skipped: vLLM needs a GPU")
         return
-    asyncio.run(_part_b(model_path, device))
+    with tempfile.TemporaryDirectory() as tmp:
+        if model_path is None:
+            bundled = BUNDLE / "tiny-qwen2"
+            if (bundled / "config.json").exists():
+                model_path = str(bundled)
+            else:
+                model_path = str(write_tiny_model(Path(tmp) / "tiny-qwen2"))
+        say("b", f"model: {model_path}")
+        asyncio.run(_part_b(model_path, device))
 
 
 async def _part_b(model_path: str, device: torch.device) -> None:
@@ -460,7 +514,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--vllm-model",
         default=None,
-        help="a local transformers model directory for part (b) (vLLM only)",
+        help="a local transformers model directory for part (b) (vLLM only); default: the "
+        "bundle's tiny Qwen2, else one written from a config",
+    )
+    parser.add_argument(
+        "--bundle",
+        action="store_true",
+        help="write .gpu-bundle/ (make gpu-bundle) and print the command to send; no check",
     )
     parser.add_argument(
         "--jail",
@@ -471,13 +531,65 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-NEEDED = ("transformers", "tokenizers", "pydantic")
-"""What part (a) imports beyond torch: the model and tokenizer, and pydantic, which the
-trainer's SFT step loads through trainer_client's tool-call parser."""
+NEEDED = ("transformers", "tokenizers", "numpy", "msgpack")
+"""What the check imports beyond torch and the standard library: the model and tokenizer, the
+IPC check's digests, vLLM's msgpack boundary. Nothing else may be on its import path
+(tests/rl/test_rl_gpu_check.py runs it on a Python with only these and torch)."""
+
+
+BUNDLE = ROOT / ".gpu-bundle"
+"""What `make gpu-bundle` prepares for a GPU host without a package registry: part (b)'s tiny
+model directory and a manifest (the commit it was made at, its size). Found here by itself."""
+BUNDLE_LIMIT = 64 << 20
+SEND = "python3 scripts/gpu_check.py"
+"""The one command to send to a lent GPU host, from the repository root, with .gpu-bundle
+carried."""
+
+
+def make_bundle() -> int:
+    """Write .gpu-bundle/ afresh, print its size and the command to send; 1 if over the limit."""
+    import json
+    import shutil
+    import subprocess
+
+    shutil.rmtree(BUNDLE, ignore_errors=True)
+    write_tiny_model(BUNDLE / "tiny-qwen2")
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    files = sorted(p for p in BUNDLE.rglob("*") if p.is_file())
+    manifest = {
+        "commit": commit,
+        "bytes": sum(p.stat().st_size for p in files),
+        "files": {str(p.relative_to(BUNDLE)): p.stat().st_size for p in files},
+        "command": SEND,
+    }
+    (BUNDLE / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in BUNDLE.rglob("*") if p.is_file())
+    shown = BUNDLE.relative_to(ROOT) if BUNDLE.is_relative_to(ROOT) else BUNDLE
+    print(
+        f"{shown}/: {len(files) + 1} files, {size / 2**20:.2f} MiB "
+        f"(limit {BUNDLE_LIMIT >> 20} MiB), at commit {commit[:12]}"
+    )
+    print(f"send, from the repository root, with .gpu-bundle carried:\n  {SEND}")
+    return 0 if size <= BUNDLE_LIMIT else 1
+
+
+def describe_bundle() -> None:
+    import json
+
+    manifest = BUNDLE / "manifest.json"
+    if not manifest.exists():
+        say("env", "no .gpu-bundle here (make gpu-bundle): part (b) writes its own tiny model")
+        return
+    made = json.loads(manifest.read_text())
+    say("env", f".gpu-bundle: {made['bytes'] / 2**20:.2f} MiB, made at {made['commit'][:12]}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.bundle:
+        return make_bundle()
     import importlib.util
 
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -506,7 +618,8 @@ def main(argv: list[str] | None = None) -> int:
         say("env", f"CPU dry run, torch {torch.__version__}")
     import transformers
 
-    say("env", f"transformers {transformers.__version__}")
+    say("env", f"transformers {transformers.__version__}, Python {sys.version.split()[0]}")
+    describe_bundle()
     from rl.versions import check_torch
 
     check_torch()

@@ -1,6 +1,6 @@
 """Interleaved A/B of two jail directories: CPU per call of each, measured in the same minutes.
 
-Starts one warm slot on each directory's zygote.py (both alive at once), then runs blocks of
+Starts one warm slot on each directory's in-jail program (both alive at once), then runs blocks of
 calls alternating between them (ABBA order), so that the machine's drift falls on both alike.
 Prints, for each, the mean CPU per call of the executor's thread, the zygote and the programs
 it reaped, and the zygote's heap shape (anonymous memory, how much of it is on huge pages).
@@ -8,9 +8,9 @@ it reaped, and the zygote's heap shape (anonymous memory, how much of it is on h
     .venv/bin/python scripts/jail_ab.py DIR_A DIR_B [--blocks 20] [--per-block 25]
         [--code 'print(1)'] [--file-kb 0]
 
-DIR is a copy of sandbox_service/jail (a second worktree's). Needs root, like the workers; run
-it under the test lock on a shared machine. Even so, expect a few percent between two copies of
-the same code (run A against A to see this machine's).
+DIR is a copy of sandbox_service/jail/inside (a second worktree's). Needs root, like the
+workers; run it under the test lock on a shared machine. Even so, expect a few percent between
+two copies of the same code (run A against A to see this machine's).
 """
 
 from __future__ import annotations
@@ -82,14 +82,13 @@ def main() -> None:
     parser.add_argument("--code", default="print(1)")
     parser.add_argument("--file-kb", type=int, default=0, help="an input file of this size")
     args = parser.parse_args()
-    import sandbox_service.jail.zygote as zygote_module
     from sandbox_service.execution import ExecutionSpec, Limits
-    from sandbox_service.jail import JailExecutor
+    from sandbox_service.jail import JailExecutor, executor
     from sandbox_service.settings import Settings
 
     executors = []
     for i, directory in enumerate(args.dirs):
-        zygote_module.__file__ = str(Path(directory) / "zygote.py")  # what make_layout mounts
+        executor.INSIDE_SOURCE = str(Path(directory))  # what make_layout mounts
         settings = Settings(cgroup_parent="rl-sandbox-phases", idle_warm_up="never")
         executors.append(JailExecutor(settings, slot=50 + i, mode="warm"))
     files = {"data.bin": os.urandom(args.file_kb * 1024)} if args.file_kb else {}

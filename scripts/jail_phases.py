@@ -1,15 +1,15 @@
-# ruff: noqa: E501  (the instrumentation is source text spliced into zygote.py, one line each)
+# ruff: noqa: E501  (the instrumentation is source text spliced into the jail's modules, one line each)
 """Where the CPU of one jailed call goes: per-phase clocks of the zygote and of its children.
 
-Makes an instrumented copy of sandbox_service/jail/zygote.py (and protocol.py) under --work
+Makes an instrumented copy of sandbox_service/jail/inside/ (serve.py and child.py) under --work
 (CPU clocks around fork, reap, wipe, reply in the zygote; marks in the child, written to a page
 shared with the zygote, so nothing of the product changes), runs one warm slot on it, and prints
 the CPU per call of each phase, of the zygote, of its programs (reaped children) and of the
 executor's side. The child's exit teardown is its kernel rusage less its last mark.
 
-    .venv/bin/python scripts/jail_phases.py [--calls 300] [--code 'print(1)'] [--zygote-dir D]
+    .venv/bin/python scripts/jail_phases.py [--calls 300] [--code 'print(1)'] [--zygote-dir D] [--lean]
 
---zygote-dir instruments another copy of the jail directory (to compare two commits in one run).
+--zygote-dir instruments another copy of the inside/ directory (to compare two commits in one run).
 Needs root, like the workers; run it under the test lock on a shared machine.
 """
 
@@ -23,22 +23,46 @@ import statistics
 import time
 from pathlib import Path
 
+INSTRUMENTED = ("serve.py", "child.py")
+"""The modules of inside/ the phases are spliced into: a plain run's loop and its child."""
+PHASES_MODULE = """import mmap as _mmap, resource, struct as _struct, time
+_SHM = _mmap.mmap(-1, 4096)
+_Z = {}
+def _now():
+    return time.thread_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def _zt(name, t0):
+    _Z[name] = _Z.get(name, 0.0) + time.thread_time() - t0[0]
+    _Z["z:" + name] = _Z.get("z:" + name, 0) + resource.getrusage(resource.RUSAGE_SELF).ru_minflt - t0[1]
+def _cmark(i):
+    _struct.pack_into("d", _SHM, 8 * i, time.process_time())
+    _struct.pack_into("d", _SHM, 64 + 8 * i, resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+"""
+"""Shared page (child phase clocks, 8 doubles) and zygote accumulators (printed at exit)."""
+PHASES_IMPORTS = (
+    "import json, os, resource, sys, time\n"
+    "from ._phases import _SHM, _Z, _cmark, _now, _struct, _zt\n"
+    "from .libc import _libc\n"
+)
 
-def _sub(text: str, old: str, new: str) -> str:
-    if old not in text:
-        raise SystemExit(f"zygote.py changed: instrument again by hand near {old[:60]!r}")
-    return text.replace(old, new, 1)
+
+def _sub(texts: dict[str, str], old: str, new: str) -> None:
+    """Replace `old` in whichever instrumented module holds it."""
+    for name, text in texts.items():
+        if old in text:
+            texts[name] = text.replace(old, new, 1)
+            return
+    raise SystemExit(f"inside/ changed: instrument again by hand near {old[:60]!r}")
 
 
 def _block(text: str) -> str:
     """A triple-quoted block as written here (its lines after the first indented four spaces
-    deeper than in zygote.py, by the formatter) as it stands in zygote.py."""
+    deeper than in the module, by the formatter) as it stands in the module."""
     first, *rest = text.split("\n")
     return "\n".join([first, *(line.removeprefix("    ") for line in rest)])
 
 
-def _sub_block(text: str, old: str, new: str) -> str:
-    return _sub(text, _block(old), _block(new))
+def _sub_block(texts: dict[str, str], old: str, new: str) -> None:
+    _sub(texts, _block(old), _block(new))
 
 
 FLOOR_AT = '    """Answer run requests through pre-forked children until told to exit (cold mode: one)."""\n'
@@ -61,78 +85,63 @@ jail's cgroups, before it serves."""
 
 
 def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
-    """An instrumented copy of the jail's zygote.py (with protocol.py) in dst; its path."""
-    dst.mkdir(parents=True, exist_ok=True)
-    shutil.copy(src / "protocol.py", dst / "protocol.py")
-    s = (src / "zygote.py").read_text()
-    # shared page: child phase clocks (8 doubles), zygote accumulators printed at exit
-    s = _sub_block(
-        s,
-        'WORK_DIR = "/home/sandbox"',
-        '''import mmap as _mmap, struct as _struct
-    _SHM = _mmap.mmap(-1, 4096)
-    _Z = {}
-    def _now():
-        return time.thread_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    def _zt(name, t0):
-        _Z[name] = _Z.get(name, 0.0) + time.thread_time() - t0[0]
-        _Z["z:" + name] = _Z.get("z:" + name, 0) + resource.getrusage(resource.RUSAGE_SELF).ru_minflt - t0[1]
-    def _cmark(i):
-        _struct.pack_into("d", _SHM, 8 * i, time.process_time())
-        _struct.pack_into("d", _SHM, 64 + 8 * i, resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
-    WORK_DIR = "/home/sandbox"''',
-    )
+    """An instrumented copy of the jail's inside/ directory in dst; its path."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    (dst / "_phases.py").write_text(PHASES_MODULE)
+    s = {name: (src / name).read_text() for name in INSTRUMENTED}
     # child marks
-    s = _sub(
+    _sub(
         s,
-        "        namespace = prepare_child()\n        if warm_up:",
-        "        _cmark(0)\n        namespace = prepare_child()\n        _cmark(1)\n        if warm_up:",
+        "        prepare_child()\n        if warm_up:",
+        "        _cmark(0)\n        prepare_child()\n        _cmark(1)\n        if warm_up:",
     )
-    s = _sub(
+    _sub(
         s,
         "        code_fd, stdin_fd, stdout_fd, stderr_fd = fds\n        os.dup2(stdin_fd, 0)",
         "        _cmark(2)\n        code_fd, stdin_fd, stdout_fd, stderr_fd = fds\n        os.dup2(stdin_fd, 0)",
     )
-    s = _sub(
+    _sub(
         s,
-        "        status = _run_source(source, namespace)\n",
-        "        _cmark(3)\n        status = _run_source(source, namespace)\n        _cmark(4)\n",
+        '        status = _run_source(source, sys.modules["__main__"].__dict__)\n',
+        '        _cmark(3)\n        status = _run_source(source, sys.modules["__main__"].__dict__)\n        _cmark(4)\n',
     )
-    s = _sub(
+    _sub(
         s,
-        "        status = _flush_and_finish(status)\n",
-        "        status = _flush_and_finish(status)\n        _cmark(5)\n",
+        "        status = finish(status)\n",
+        "        status = finish(status)\n        _cmark(5)\n",
     )
     # zygote phases
-    s = _sub(
+    _sub(
         s,
         "    try:\n        pid = fork_lean()\n    except OSError:",
         "    _t = time.thread_time()\n    try:\n        pid = fork_lean()\n    except OSError:",
     )
-    s = _sub(
+    _sub(
         s,
         "    os.close(forward_w)\n    os.close(go_r)\n    return _Standby(",
         "    _zt('fork', _t)\n    os.close(forward_w)\n    os.close(go_r)\n    return _Standby(",
     )
-    s = _sub(
+    _sub(
         s,
         "    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    fresh_scratch()\n",
         "    _t = time.thread_time()\n    if ahead is None:\n        _kill_everyone_else()\n    else:\n        _reap_all_but(ahead.pid)\n    _zt('reap', _t); _t = time.thread_time()\n    fresh_scratch()\n    _zt('wipe', _t)\n",
     )
-    s = _sub(
+    _sub(
         s,
         "                cpu = usage.ru_utime + usage.ru_stime\n",
         "                cpu = usage.ru_utime + usage.ru_stime\n                _Z['_minflt'] = usage.ru_minflt\n",
     )
     if floor_forks:
-        s = _sub(s, FLOOR_AT, FLOOR_AT + FLOOR.replace("N_FORKS", str(floor_forks)))
+        _sub(s, FLOOR_AT, FLOOR_AT + FLOOR.replace("N_FORKS", str(floor_forks)))
     # around the wait for the program, whichever way supervise() spells it
-    s = _sub(
+    _sub(
         s,
         '    """Wait for the program to end or time out, kill its whole tree, describe the outcome."""\n',
         '    """Wait for the program to end or time out, kill its whole tree, describe the outcome."""\n    _t = time.thread_time()\n',
     )
-    s = _sub_block(
+    _sub_block(
         s,
         """    wall = time.monotonic() - taken.started
     """,
@@ -151,7 +160,7 @@ def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
         wall = time.monotonic() - taken.started
     """,
     )
-    s = _sub_block(
+    _sub_block(
         s,
         """        current = _choose_standby(sock, current, idle_warm_up)
             current.release()
@@ -165,20 +174,22 @@ def instrument(src: Path, dst: Path, floor_forks: int = 0) -> Path:
             current.lines.close()
             _zt('release_take', _t)""",
     )
-    s = _sub_block(
+    _sub_block(
         s,
         """        reply = dataclasses.replace(reply, warmed=current.warmed)
-            send_frame(sock, reply.to_wire())""",
+            sock.sendall(protocol.reply_frame(reply)[1])""",
         """        _t = time.thread_time()
             reply = dataclasses.replace(reply, warmed=current.warmed)
-            send_frame(sock, reply.to_wire())
+            sock.sendall(protocol.reply_frame(reply)[1])
             _zt('reply', _t)
             if _Z.get("runs", 0) % 50 == 0:
                 print("PHASES", json.dumps(_Z), file=sys.stderr, flush=True)""",
     )
-    s = s.replace("_t = time.thread_time()", "_t = _now()")
-    (dst / "zygote.py").write_text(s)
-    return dst / "zygote.py"
+    future = "from __future__ import annotations\n"
+    for name, text in s.items():
+        text = text.replace("_t = time.thread_time()", "_t = _now()")
+        (dst / name).write_text(text.replace(future, future + PHASES_IMPORTS, 1))
+    return dst
 
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -200,18 +211,20 @@ def main() -> None:
     parser.add_argument("--zygote-dir", default=None, help="the jail directory to instrument")
     parser.add_argument("--work", default="/tmp/rl-sandbox-jail-phases")
     parser.add_argument("--floor", type=int, default=0, help="measure N bare forks first")
+    parser.add_argument(
+        "--lean", action="store_true", help="the slot's lean zygote (jail/zygotes.py)"
+    )
     args = parser.parse_args()
-    import sandbox_service.jail.zygote as zygote_module
     from sandbox_service.execution import ExecutionSpec, Limits
-    from sandbox_service.jail import JailExecutor
+    from sandbox_service.jail import JailExecutor, executor
     from sandbox_service.settings import Settings
 
-    src = Path(args.zygote_dir or os.path.dirname(zygote_module.__file__))
+    src = Path(args.zygote_dir or executor.INSIDE_SOURCE)
     work = Path(args.work) / f"{os.getpid()}"
-    zygote_module.__file__ = str(instrument(src, work, args.floor))  # what make_layout mounts
+    executor.INSIDE_SOURCE = str(instrument(src, work, args.floor))  # what make_layout mounts
     os.chmod(args.work, 0o755)
     settings = Settings(cgroup_parent="rl-sandbox-phases", idle_warm_up=args.warm_up)
-    ex = JailExecutor(settings, slot=40, mode="warm")
+    ex = JailExecutor(settings, slot=40, mode="warm", lean=args.lean)
     try:
         spec = ExecutionSpec(code=args.code, limits=Limits(timeout_s=10))
         for _ in range(20):

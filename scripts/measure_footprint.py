@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Memory footprint for sizing: Redis bytes per queued execution and per kept result, and the
-memory of one worker slot at rest (worker process + its jail: nsjail, zygote, standby child).
+memory of one worker slot at rest (worker process + its jails: nsjail, zygote, standby child;
+the lean and the math zygote apart).
 
 Redis: a private redis-server; N `print(i)` jobs admitted through the API's own admission script,
 then N results of `print(i)` stored as workers store them; INFO used_memory before and after.
@@ -80,11 +81,27 @@ def slot_footprint(workers: int) -> dict[str, Any]:
             pss = sum(p.memory_full_info().pss for p in tree) / 2**20
             rss = sum(p.memory_info().rss for p in tree) / 2**20
             slots.append(
-                {"processes": len(tree), "pss_mib": round(pss, 1), "rss_mib": round(rss, 1)}
+                {
+                    "processes": len(tree),
+                    "pss_mib": round(pss, 1),
+                    "rss_mib": round(rss, 1),
+                    "jails": [_jail_footprint(p) for p in tree if p.name() == "nsjail"],
+                }
             )
         return {"slots": slots, "api_rss_mib_idle": round(api_rss, 1)}
     finally:
         stack.stop()
+
+
+def _jail_footprint(nsjail: psutil.Process) -> dict[str, Any]:
+    """One jail's processes (nsjail, its zygote, the standby): the math zygote (preloaded) or
+    the lean one (jail/zygotes.py)."""
+    tree = [nsjail, *nsjail.children(recursive=True)]
+    return {
+        "zygote": "lean" if any("--preload-lean" in p.cmdline() for p in tree) else "math",
+        "pss_mib": round(sum(p.memory_full_info().pss for p in tree) / 2**20, 1),
+        "rss_mib": round(sum(p.memory_info().rss for p in tree) / 2**20, 1),
+    }
 
 
 def main() -> int:

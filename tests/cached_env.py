@@ -48,3 +48,32 @@ def cached_python(name: str, requirements: tuple[str, ...], no_deps: tuple[str, 
         _run([uv(), "pip", "install", "-q", "--python", str(python), "--no-deps", *no_deps])
     (venv / ".complete").write_text("\n".join((*requirements, *no_deps)) + "\n")
     return python
+
+
+def cached_pip_python(
+    name: str, python_version: str, requirements: tuple[str, ...], remove: tuple[str, ...] = ()
+) -> Path:
+    """The interpreter of the cached environment `name`, made by the stock venv and pip of
+    Python `python_version` (pip, not uv: pip honours the host's own wheel directories, such as
+    a CPU build of torch, where uv would fetch the index's), with `remove` uninstalled after:
+    an environment exactly as small as a bare GPU host's."""
+    key = hashlib.sha256(
+        "\n".join((python_version, *requirements, "-", *remove)).encode()
+    ).hexdigest()
+    venv = Path.home() / ".cache" / "rl-sandbox" / f"{name}-env-{key[:12]}"
+    python = venv / "bin" / "python"
+    if (venv / ".complete").exists():
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    interpreter = subprocess.run(
+        [str(REPO / "scripts" / "find-python.sh"), python_version],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    _run([interpreter, "-m", "venv", str(venv)])
+    _run([str(python), "-m", "pip", "install", "-q", *requirements])
+    if remove:
+        _run([str(python), "-m", "pip", "uninstall", "-q", "-y", *remove])
+    (venv / ".complete").write_text("\n".join((*requirements, "-", *remove)) + "\n")
+    return python

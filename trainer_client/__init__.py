@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         SandboxClientError,
         ServiceError,
     )
+    from trainer_client.grade_wire import GradeRequest, GradeResult
     from trainer_client.group import Group
     from trainer_client.http import Timeouts
     from trainer_client.retry import RetryPolicy
@@ -58,6 +59,8 @@ _EXPORTS = {
     "Clock": "trainer_client.clock",
     "DeadlineExceededError": "trainer_client.errors",
     "ExecuteRequest": "trainer_client.wire",
+    "GradeRequest": "trainer_client.grade_wire",
+    "GradeResult": "trainer_client.grade_wire",
     "Group": "trainer_client.group",
     "GroupCancelled": "trainer_client.wire",
     "INFRASTRUCTURE_STATUSES": "trainer_client.wire",
@@ -119,6 +122,8 @@ __all__ = [
     "DeadlineExceededError",
     "ExecuteRequest",
     "ExecuteResult",
+    "GradeRequest",
+    "GradeResult",
     "Group",
     "GroupCancelled",
     "InvalidRequestError",

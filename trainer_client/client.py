@@ -16,6 +16,14 @@ from pydantic import ValidationError
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import CallInfo, InvalidRequestError
+from trainer_client.grade import (
+    MAX_GRADES_PER_REQUEST,
+    GradeOutcome,
+    grade_chunk,
+    to_grade_request,
+)
+from trainer_client.grade import chunks as grade_chunks
+from trainer_client.grade_wire import GradeRequest, GradeResult
 from trainer_client.group import Group
 from trainer_client.http import (
     Timeouts,
@@ -23,6 +31,7 @@ from trainer_client.http import (
     post_batch,
     post_cancel_group,
     post_fork,
+    post_grades,
     post_verify,
 )
 from trainer_client.retry import RetryPolicy
@@ -338,6 +347,39 @@ class SandboxClient:
                     info=info,
                 )
                 for part in chunks(batch, MAX_ITEMS_PER_REQUEST)
+            )
+        )
+        return [result for part in parts for result in part]
+
+    async def grade(self, requests: Sequence[GradeRequest | dict[str, Any]]) -> list[GradeResult]:
+        """Grade candidates on the service (POST /grade/batch); results in order.
+
+        Each request is a GradeRequest or its JSON fields (`code`, `tests`, ...: the spec's
+        "Sealed grading"). A result the service could not grade (an infrastructure status,
+        reward null) is sent again under the retry policy; one still ungraded when it runs out
+        keeps that status.
+        """
+        batch = [to_grade_request(r) for r in requests]
+        if not batch:
+            return []
+        self._own_process()
+        self._verify_calls += 1
+        info = CallInfo(self._verify_calls, f"grade {len(batch)} candidate(s)")
+
+        async def send(part: Sequence[GradeRequest], budget_s: float) -> GradeOutcome:
+            return await post_grades(self._http, part, budget_s, self._timeouts)
+
+        parts = await asyncio.gather(
+            *(
+                grade_chunk(
+                    send,
+                    part,
+                    retry=self._config.retry,
+                    clock=self._clock,
+                    rng=self._rng,
+                    info=info,
+                )
+                for part in grade_chunks(batch, MAX_GRADES_PER_REQUEST)
             )
         )
         return [result for part in parts for result in part]

@@ -1,5 +1,5 @@
 """The HTTP edge: the only module that imports httpx. One POST /execute/batch -> BatchOutcome,
-one POST /verify -> VerifyOutcome."""
+one POST /verify -> VerifyOutcome, one POST /grade/batch -> GradeOutcome."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pydantic import ValidationError
 
 from trainer_client.dispatch import BatchOutcome
 from trainer_client.errors import InvalidRequestError, SandboxClientError
+from trainer_client.grade import GRADE_PATH, GradeOutcome
+from trainer_client.grade_wire import GradeBatchResponse, GradeRequest
 from trainer_client.retry import Verdict, classify_http_status, parse_retry_after
 from trainer_client.verify import VERIFY_PATH, VerifyOutcome
 from trainer_client.wire import (
@@ -188,6 +190,37 @@ async def post_cancel_group(
             + error_detail(response.content, response.reason_phrase)
         )
     return GroupCancelled.model_validate_json(response.content)
+
+
+async def post_grades(
+    http: httpx.AsyncClient,
+    requests: Sequence[GradeRequest],
+    budget_s: float,
+    timeouts: Timeouts,
+) -> GradeOutcome:
+    """One POST /grade/batch; every failure comes back as an outcome, never as an exception."""
+    body = {"requests": [r.model_dump(mode="json", exclude_none=True) for r in requests]}
+    try:
+        response = await http.post(GRADE_PATH, json=body, timeout=timeouts.for_batch(budget_s))
+    except _RETRYABLE_EXCEPTIONS as exc:
+        return GradeOutcome(Verdict.RETRY, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+    except httpx.HTTPError as exc:
+        return GradeOutcome(Verdict.FATAL, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+    verdict = classify_http_status(response.status_code)
+    if verdict is not Verdict.ANSWERED:
+        return GradeOutcome(
+            verdict,
+            cause=str(response.status_code),
+            detail=error_detail(response.content, response.reason_phrase),
+            retry_after_s=parse_retry_after(
+                response.headers.get("retry-after"), now_epoch_s=time.time()
+            ),
+        )
+    try:
+        parsed = GradeBatchResponse.model_validate_json(response.content)
+    except ValidationError as exc:
+        return GradeOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
+    return GradeOutcome(Verdict.ANSWERED, results=parsed.results)
 
 
 async def post_verify(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainer_client.client import RequestLike, SandboxClient
 from trainer_client.errors import ClientClosedError, SandboxClientError
+from trainer_client.grade_wire import GradeRequest, GradeResult
 from trainer_client.group import with_group
 from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats
@@ -118,6 +119,11 @@ class SyncSandboxClient:
         """Judge (answer, reference) pairs on the service (see SandboxClient.verify)."""
         batch = list(items)
         return self._call(lambda client: client.verify(batch, timeout=timeout, rel_tol=rel_tol))
+
+    def grade(self, requests: Sequence[GradeRequest | dict[str, Any]]) -> list[GradeResult]:
+        """Grade candidates on the service (see SandboxClient.grade)."""
+        batch = list(requests)
+        return self._call(lambda client: client.grade(batch))
 
     def end_session(self, session_id: str) -> bool:
         """End a session (DELETE /sessions/{id}); False if the server did not know it."""

@@ -69,7 +69,10 @@ GROUP_PATTERN = r"^[A-Za-z0-9._:/-]{1,128}$"
 MAX_DEADLINE_S = 86400.0
 """The largest `deadline_s` (a day): a deadline is finite, and past a day it bounds nothing."""
 
-SUPPORTED_LANGUAGES = ("python", "cpp")
+SUPPORTED_LANGUAGES = ("python", "cpp", "java", "javascript", "bash")
+"""Every `language` of /execute (javascript: Node; java: a public class, or Main, with main)."""
+COMPILED_LANGUAGES = ("cpp", "java")
+"""Languages compiled in the jail before they run: their results carry `compile`."""
 JAIL_WRITABLE_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
 """The jail's working directory and the other writable directories that absolute paths may name
 on the peer-compatible routes (see ABSOLUTE_PATHS)."""
@@ -222,7 +225,8 @@ def _png_or_none(value: object) -> bytes | None:
 
 
 class CompileResult(BaseModel):
-    """A compiled language's compile step (`language: "cpp"`): g++ in the jail, or the cache."""
+    """A compiled language's compile step (`cpp`, `java`): g++ or javac in the jail, or the
+    cache."""
 
     status: Status
     """ok, error (the compiler refused the source), timeout, memory_limit or killed."""
@@ -262,12 +266,15 @@ class ExecuteResult(BaseModel):
     display: list[dict[str, str]] = Field(default_factory=list)
     """Rich outputs in the order produced: each matplotlib figure open at the end of the run (or
     shown with plt.show()) as {"image/png": base64}; in a session, the last expression's value as
-    {"text/plain": repr} (also printed). Empty when there are none."""
+    {"text/plain": repr} (also printed) with its rich representations beside it (text/html,
+    text/markdown, application/json as JSON text, text/latex, image/svg+xml, image/png). Empty
+    when there are none."""
     error: ProgramError | None = None
     """The uncaught exception that ended the program or session cell; null when none did."""
     compile: CompileResult | None = None
-    """`language: "cpp"`: its compile step; null for Python. A source that does not compile is
-    status `error` with the compiler's messages in `stderr` (and here), and never ran."""
+    """`language` `cpp` or `java`: its compile step; null for the others. A source that does
+    not compile is status `error` with the compiler's messages in `stderr` (and here), and
+    never ran."""
 
     def images(self) -> list[bytes]:
         """The PNG images among the displays (matplotlib figures), decoded, in order; a value

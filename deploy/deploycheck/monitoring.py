@@ -5,6 +5,8 @@ promql-parser (the Rust `promql-parser` crate that GreptimeDB uses, which follow
 grammar; Grafana's `$variables` are substituted first, as Grafana does before sending a query);
 and every metric an expression selects is one that the service exports: a name in the exposition
 of `sandbox_service.api.metrics.Metrics`, or, in tests/service, of a real service's /metrics.
+That exposition is the open one, of aggregates only: an expression naming a `tenant` label is
+refused too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ SEVERITIES = ("critical", "warning", "info")
 _GRAFANA_INTERVAL = re.compile(r"\$__(rate_interval|interval|range)\b")
 _GRAFANA_VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 _HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
+_TENANT_LABEL = re.compile(r"\btenant\b")
 
 
 def exported_names(exposition: str) -> set[str]:
@@ -89,6 +92,11 @@ def _expr_problems(where: str, expr: str, known: set[str]) -> list[str]:
     out = [f"{where}: selects {name}, which the service does not export" for name in names - known]
     if not names:
         out.append(f"{where}: selects no metric")
+    if _TENANT_LABEL.search(expr):
+        out.append(
+            f"{where}: names a `tenant` label, which the scraped /metrics does not carry "
+            "(per-tenant series are served by /metrics/tenants to a key)"
+        )
     return out
 
 

@@ -11,9 +11,11 @@ stage (a resumed or re-loaded policy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
+from pathlib import Path
+from typing import Literal
 
 # Wrappers put these in front of a transformers model's own parameter names.
 _PREFIXES = ("lm.", "_orig_mod.", "_fsdp_wrapped_module.", "module.")
@@ -111,7 +113,9 @@ def engine_visible_devices(
         )
     devices = [d.strip() for d in visible.split(",")] if visible else None
     if world_size > 1:
-        return devices[local_rank] if devices else str(local_rank)
+        # the trainer's device (rl.parallel.distributed.accelerator): local_rank modulo the
+        # visible count, so one GPU bound to each process (visible "3" for local rank 3) works
+        return devices[local_rank % len(devices)] if devices else str(local_rank)
     if devices is None:
         return ",".join(str(i) for i in range(tensor_parallel_size))
     if len(devices) < tensor_parallel_size:
@@ -119,16 +123,46 @@ def engine_visible_devices(
     return ",".join(devices[:tensor_parallel_size])
 
 
-def check_allocator_config(alloc_conf: str | None) -> None:
-    """vLLM's sleep mode allocates through its own CUDA memory pool, which refuses the caching
-    allocator's expandable segments: refuse them before vLLM starts."""
-    for option in (alloc_conf or "").split(","):
-        key, _, value = option.partition(":")
-        if key.strip() == "expandable_segments" and value.strip().lower() == "true":
-            raise ValueError(
-                "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True, which vLLM's sleep mode "
-                "cannot run with: unset it (or set expandable_segments:False) for a vLLM run"
-            )
+def engine_environment(
+    environ: Mapping[str, str],
+    *,
+    local_rank: int,
+    world_size: int,
+    rank: int,
+    tensor_parallel_size: int,
+) -> dict[str, str]:
+    """The variables a rank's vLLM engine starts under (its processes read them):
+
+    - CUDA_VISIBLE_DEVICES narrowed to the engine's devices (engine_visible_devices), and
+      HIP_VISIBLE_DEVICES to the same value where it is set (vLLM's ROCm platform asserts the
+      two are equal; HIP's runtime reads HIP_VISIBLE_DEVICES first, so it is the list narrowed);
+    - VLLM_CACHE_ROOT one directory per rank under torchrun: every engine of a node is vLLM's
+      "rank 0", and engines sharing one compile cache write the same files at once
+      (vllm-project/vllm#24601, fixed after 0.11.0)."""
+    hip = environ.get("HIP_VISIBLE_DEVICES")
+    visible = hip if hip is not None else environ.get("CUDA_VISIBLE_DEVICES")
+    devices = engine_visible_devices(visible, local_rank, world_size, tensor_parallel_size)
+    out = {"CUDA_VISIBLE_DEVICES": devices}
+    if hip is not None:
+        out["HIP_VISIBLE_DEVICES"] = devices
+    if world_size > 1:
+        root = environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
+        out["VLLM_CACHE_ROOT"] = str(Path(root) / f"rank{rank}")
+    return out
+
+
+def check_allocator_config(environ: Mapping[str, str]) -> None:
+    """vLLM's sleep mode allocates through its own memory pool, which refuses the caching
+    allocator's expandable segments: refuse them before vLLM starts, in PYTORCH_CUDA_ALLOC_CONF
+    and in ROCm's PYTORCH_HIP_ALLOC_CONF alike (ROCm builds of torch read either)."""
+    for variable in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        for option in (environ.get(variable) or "").split(","):
+            key, _, value = option.partition(":")
+            if key.strip() == "expandable_segments" and value.strip().lower() == "true":
+                raise ValueError(
+                    f"{variable} has expandable_segments:True, which vLLM's sleep mode cannot "
+                    "run with: unset it (or set expandable_segments:False) for a vLLM run"
+                )
 
 
 def check_logprob_match(top_p: float) -> None:
@@ -140,3 +174,64 @@ def check_logprob_match(top_p: float) -> None:
             f"top_p = {top_p}: vLLM's log-probs would be of the truncated distribution, the "
             "trainer's of the whole one; use top_p = 1 with vLLM engines"
         )
+
+
+Placement = Literal["colocated", "separate"]
+"""Where a vLLM engine runs: colocated on the trainer's GPU (sleep mode frees it during the
+update; weights by IPC), or separate, on GPUs of its own (no sleep mode; weights broadcast)."""
+
+
+def check_placement(
+    placement: str,
+    *,
+    vllm_version: str,
+    sleep_mode: bool,
+    world_size: int,
+    engine_devices: str,
+    tensor_parallel_size: int,
+) -> None:
+    """Refuse, before vLLM starts, a placement that cannot work here."""
+    if placement == "colocated":
+        if not sleep_mode:
+            raise ValueError(
+                f"vLLM {vllm_version} has no sleep mode on this platform, and a colocated vLLM "
+                'engine needs it to give the GPU to the update: set placement = "separate" '
+                "with engine_devices (GPUs of the engine's own), install a vLLM release whose "
+                "platform reports sleep mode here (docs/rl.md, 'ROCm'), or use the transformers "
+                "engine"
+            )
+        if engine_devices:
+            raise ValueError('engine_devices is for placement = "separate" only')
+        return
+    if placement != "separate":
+        raise ValueError(f'placement {placement!r}: expected "colocated" or "separate"')
+    if world_size > 1:
+        raise ValueError(
+            'placement = "separate" runs in one trainer process (its engine on GPUs of its '
+            "own); under torchrun every rank's engine is colocated on that rank's GPU"
+        )
+    devices = [d.strip() for d in engine_devices.split(",") if d.strip()]
+    if len(devices) != tensor_parallel_size:
+        raise ValueError(
+            f'placement = "separate" needs engine_devices naming the engine\'s '
+            f"{tensor_parallel_size} GPU(s) (tensor_parallel_size), got {engine_devices!r}"
+        )
+
+
+def separate_environment(environ: Mapping[str, str], engine_devices: str) -> dict[str, str]:
+    """The separate placement's engine: its own GPUs, named as the trainer's process numbers
+    them (indices into its HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, when set), never the
+    trainer's own (device 0 of the visible ones)."""
+    hip = environ.get("HIP_VISIBLE_DEVICES")
+    visible = hip if hip is not None else environ.get("CUDA_VISIBLE_DEVICES")
+    listed = [d.strip() for d in visible.split(",")] if visible else None
+    wanted = [int(d) for d in engine_devices.split(",") if d.strip()]
+    if 0 in wanted:
+        raise ValueError("engine_devices must not include device 0: the trainer's GPU")
+    if listed is not None and max(wanted) >= len(listed):
+        raise ValueError(f"engine_devices {engine_devices!r}: only {len(listed)} devices visible")
+    devices = ",".join(listed[i] if listed is not None else str(i) for i in wanted)
+    out = {"CUDA_VISIBLE_DEVICES": devices}
+    if hip is not None:
+        out["HIP_VISIBLE_DEVICES"] = devices
+    return out

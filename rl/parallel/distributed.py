@@ -18,6 +18,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
@@ -54,8 +55,16 @@ def accelerator(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_from_env(environ: dict[str, str] | None = None) -> Topology:
-    """The process group from torchrun's RANK, WORLD_SIZE, LOCAL_RANK; one process without them."""
+COLLECTIVE_TIMEOUT_S = 3 * 3600.0
+"""How long a collective waits for the slowest rank before the run ends (torch's NCCL default,
+10 minutes, is shorter than one rank's agentic rollouts or rank 0's checkpoint can take)."""
+
+
+def init_from_env(
+    environ: dict[str, str] | None = None, *, timeout_s: float = COLLECTIVE_TIMEOUT_S
+) -> Topology:
+    """The process group from torchrun's RANK, WORLD_SIZE, LOCAL_RANK (collectives wait up to
+    timeout_s for every rank); one process without them."""
     env = os.environ if environ is None else environ
     world = int(env.get("WORLD_SIZE", "1"))
     rank, local_rank = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
@@ -64,7 +73,11 @@ def init_from_env(environ: dict[str, str] | None = None) -> Topology:
     device = accelerator(local_rank)
     if world > 1 and not dist.is_initialized():
         backend = dist.get_default_backend_for_device(device)
-        dist.init_process_group(backend=backend, device_id=device if device.type != "cpu" else None)
+        dist.init_process_group(
+            backend=backend,
+            device_id=device if device.type != "cpu" else None,
+            timeout=timedelta(seconds=timeout_s),
+        )
     return Topology(rank, world, local_rank, device)
 
 
@@ -176,7 +189,7 @@ def gathered(model: torch.nn.Module) -> Iterator[None]:
             unit.set_reshard_after_forward(True, recurse=False)  # shard_model's setting
 
 
-def gather_objects[T](value: T) -> list[T]:
+def gather_objects(value: T) -> list[T]:  # noqa: UP047  (GPU hosts' Python 3.11)
     """Every rank's value, in rank order (picklable values); [value] with one process."""
     if world()[1] == 1:
         return [value]
@@ -185,7 +198,7 @@ def gather_objects[T](value: T) -> list[T]:
     return out
 
 
-def broadcast_object[T](value: T) -> T:
+def broadcast_object(value: T) -> T:  # noqa: UP047  (GPU hosts' Python 3.11)
     """Rank 0's value on every rank."""
     if world()[1] == 1:
         return value
@@ -278,3 +291,97 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a shard (a collective: every rank calls it); a plain one as it is."""
     full = getattr(tensor, "full_tensor", None)
     return full() if full is not None else tensor
+
+
+def _shards_rows(tensor: torch.Tensor) -> Any:
+    """The DTensor of a tensor sharded on dim 0 over a 1-D mesh (FSDP2's layout); else None."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    if not isinstance(tensor, DTensor) or tensor.device_mesh.ndim != 1 or tensor.ndim == 0:
+        return None
+    return tensor if tuple(tensor.placements) == (Shard(0),) else None
+
+
+def gather_flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The tensors whole, cast to dtype, flattened end to end into one new buffer on the local
+    device: the dim-0 shards of an FSDP2 model are cast first, then gathered by one all_gather
+    for all of them (a collective: every rank calls it with the same tensors). Other
+    DTensors are gathered one by one; plain tensors copied."""
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+    out = torch.empty(sum(t.numel() for t in tensors), dtype=dtype, device=local[0].device)
+    offsets = [0]
+    for t in tensors:
+        offsets.append(offsets[-1] + t.numel())
+    sharded = [i for i, t in enumerate(tensors) if _shards_rows(t) is not None]
+    if sharded:
+        _gather_rows(tensors, local, sharded, offsets, out)
+    for i, t in enumerate(tensors):
+        if i not in sharded:
+            whole = full_tensor(t)
+            out[offsets[i] : offsets[i + 1]].copy_(whole.reshape(-1))
+            del whole
+    return out
+
+
+def _gather_rows(
+    tensors: Sequence[torch.Tensor],
+    local: Sequence[torch.Tensor],
+    sharded: Sequence[int],
+    offsets: Sequence[int],
+    out: torch.Tensor,
+) -> None:
+    group = _shards_rows(tensors[sharded[0]]).device_mesh.get_group()
+    ranks = dist.get_world_size(group)
+    # torch.chunk's split of dim 0 (FSDP2's): ceil(rows / ranks) rows each, the last ones short
+    pieces = []
+    for i in sharded:
+        rows = tensors[i].shape[0]
+        chunk = -(-rows // ranks)
+        pieces.append((i, rows, chunk, tensors[i].numel() // max(rows, 1)))
+    send = torch.zeros(
+        sum(chunk * row for _, _, chunk, row in pieces), dtype=out.dtype, device=out.device
+    )
+    at = 0
+    for i, _, chunk, row in pieces:
+        send[at : at + local[i].numel()].copy_(local[i].reshape(-1))  # the cast, before sending
+        at += chunk * row
+    received = [torch.empty_like(send) for _ in range(ranks)]
+    dist.all_gather(received, send, group=group)
+    del send
+    at = 0
+    for i, rows, chunk, row in pieces:
+        for rank, part in enumerate(received):
+            valid = min(max(rows - rank * chunk, 0), chunk) * row
+            start = offsets[i] + rank * chunk * row
+            out[start : start + valid].copy_(part[at : at + valid])
+        at += chunk * row
+
+
+def clip_grad_norm(parameters: Sequence[torch.Tensor], max_norm: float) -> float:
+    """The whole model's gradient norm, gradients scaled to at most max_norm; sharded (FSDP2)
+    gradients' squares summed over their ranks explicitly, so every rank gets the full norm on
+    any torch (torch 2.8's clip_grad_norm_ of sharded gradients returns the local shard's)."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return 0.0
+    device = grads[0].to_local().device if isinstance(grads[0], DTensor) else grads[0].device
+    mine = torch.zeros((), dtype=torch.float32, device=device)  # squares of this rank's shards
+    whole = torch.zeros((), dtype=torch.float32, device=device)  # squares every rank has
+    group = None
+    for grad in grads:
+        if isinstance(grad, DTensor) and any(isinstance(p, Shard) for p in grad.placements):
+            mine += grad.to_local().detach().float().pow(2).sum()
+            group = grad.device_mesh.get_group()
+        else:
+            local = grad.to_local() if isinstance(grad, DTensor) else grad
+            whole += local.detach().float().pow(2).sum()
+    if group is not None:
+        dist.all_reduce(mine, group=group)
+    norm = float((mine + whole).sqrt())
+    scale = min(1.0, max_norm / (norm + 1e-6))
+    if scale < 1.0:
+        for grad in grads:
+            (grad.to_local() if isinstance(grad, DTensor) else grad).mul_(scale)
+    return norm

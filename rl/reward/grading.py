@@ -7,19 +7,30 @@ asked per rollout as each one finishes, so grading overlaps the rollouts still r
 answers that finish within `max_wait_s` of each other go in one request. An answer the service
 could not judge even after the client's retries (queue_timeout, sandbox_error) raises: a reward
 of 0.0 for an overloaded service would be a wrong training signal, not a verdict.
+
+Code problems are graded by the service's sealed POST /grade instead (CodeGrader): the reward
+is the passed fraction of the problem's tests (its ground truth is the spec's `tests` object as
+JSON) for the last fenced code block of the answer; no block is 0.0, and a candidate the service
+could not grade raises as above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from rl.reward.answer import extract_answer
+from pydantic import TypeAdapter, ValidationError
+
+from rl.reward.answer import extract_answer, extract_code
 from rl.reward.outcome import MAX_ANSWER_CHARS, answer_rewards
 from rl.reward.verifier import VerifierPool
+from trainer_client.grade_wire import GradeRequest, GradeResult, Tests
 from trainer_client.wire import VerifyItem, VerifyResult
+
+_TESTS: TypeAdapter[Any] = TypeAdapter(Tests)
 
 
 class UnjudgedAnswerError(RuntimeError):
@@ -38,6 +49,18 @@ class Verifies(Protocol):
     ) -> list[VerifyResult]: ...
 
 
+class Grades(Protocol):
+    """What the code grader needs of a client (trainer_client.SandboxClient has it)."""
+
+    async def grade(
+        self, requests: Sequence[GradeRequest | dict[str, Any]]
+    ) -> list[GradeResult]: ...
+
+
+class ServiceClient(Verifies, Grades, Protocol):
+    """A client of both graders' routes (trainer_client.SandboxClient)."""
+
+
 class Grader(Protocol):
     """Rewards of finished rollouts' texts against their ground truths."""
 
@@ -47,6 +70,17 @@ class Grader(Protocol):
     async def reward(self, response: str, truth: str) -> float: ...
 
     async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]: ...
+
+
+async def each_reward(
+    grader: Grader, responses: Sequence[str], truths: Sequence[str]
+) -> list[float]:
+    """A per-rollout grader's rewards of a batch: each rollout's `reward`, concurrently."""
+    if len(responses) != len(truths):
+        raise ValueError(f"{len(responses)} responses but {len(truths)} ground truths")
+    return list(
+        await asyncio.gather(*(grader.reward(r, t) for r, t in zip(responses, truths, strict=True)))
+    )
 
 
 @dataclass(eq=False, slots=True)
@@ -104,13 +138,7 @@ class ServiceGrader:
         return await future
 
     async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]:
-        if len(responses) != len(truths):
-            raise ValueError(f"{len(responses)} responses but {len(truths)} ground truths")
-        return list(
-            await asyncio.gather(
-                *(self.reward(r, t) for r, t in zip(responses, truths, strict=True))
-            )
-        )
+        return await each_reward(self, responses, truths)
 
     async def _send_after_wait(self) -> None:
         await asyncio.sleep(self.max_wait_s)
@@ -136,3 +164,78 @@ class ServiceGrader:
                 )
             else:
                 future.set_result(1.0 if result.correct else 0.0)
+
+
+def parse_tests(truth: str) -> Any:
+    """A code problem's ground truth: the spec's `tests` object as JSON, checked as on the wire."""
+    try:
+        return _TESTS.validate_python(json.loads(truth))
+    except (ValueError, ValidationError) as exc:
+        raise ValueError(f"a code problem's ground truth is not a `tests` object: {exc}") from exc
+
+
+def grade_request(
+    response: str, truth: str, *, fallback_to_last_block: bool
+) -> GradeRequest | None:
+    """The grade request of a response's final code against its truth; None: no code to grade."""
+    tests = parse_tests(truth)
+    found = extract_code(response, fallback_to_last_block=fallback_to_last_block)
+    if found is None:
+        return None
+    language, code = found
+    if tests.kind != "stdio":  # function and asserts tests call Python
+        language = "python"
+    try:
+        return GradeRequest(language=language, code=code, tests=tests)
+    except ValidationError:  # code the wire refuses (a lone surrogate) cannot pass
+        return None
+
+
+class CodeGrader:
+    """The service's POST /grade of each rollout's final code, as it finishes, micro-batched."""
+
+    per_rollout = True
+
+    def __init__(
+        self, client: Grades, *, fallback_to_last_block: bool = False, max_wait_s: float = 0.05
+    ) -> None:
+        self.client = client
+        self.fallback_to_last_block = fallback_to_last_block
+        self.max_wait_s = max_wait_s
+        self._pending: list[tuple[GradeRequest, asyncio.Future[float]]] = []
+        self._flush: asyncio.Task[None] | None = None
+
+    async def reward(self, response: str, truth: str) -> float:
+        request = grade_request(response, truth, fallback_to_last_block=self.fallback_to_last_block)
+        if request is None:
+            return 0.0
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        if self._flush is None:
+            self._flush = asyncio.ensure_future(self._send_after_wait())
+        return await future
+
+    async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]:
+        return await each_reward(self, responses, truths)
+
+    async def _send_after_wait(self) -> None:
+        await asyncio.sleep(self.max_wait_s)
+        batch, self._pending, self._flush = self._pending, [], None
+        try:
+            results = await self.client.grade([request for request, _ in batch])
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (request, future), result in zip(batch, results, strict=True):
+            if future.done():  # its rollout was cancelled
+                continue
+            if result.reward is None:
+                future.set_exception(
+                    UnjudgedAnswerError(
+                        f"the service did not grade {request.code[:60]!r}: {result.status}"
+                    )
+                )
+            else:
+                future.set_result(result.reward)

@@ -25,7 +25,7 @@ from rl.data.tasks import (
 )
 from rl.engines.base import Engine
 from rl.rollout.template import PromptTemplate, demonstration, rstar2_template
-from rl.run.train_config import TrainConfig
+from rl.run.train_config import TRANSFORMERS_CAPACITY_TOKENS, TrainConfig
 from trainer_client.tools import python_tool_schema
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -243,7 +243,7 @@ def build_engines(
                     model,
                     tokenizer,
                     name=name,
-                    capacity_tokens=e.capacity_tokens,
+                    capacity_tokens=e.capacity_tokens or TRANSFORMERS_CAPACITY_TOKENS,
                     max_cohorts=e.max_cohorts,
                     pad_token_id=pad_id,
                     seed=seed + i,
@@ -264,7 +264,10 @@ def build_engines(
                     seed=seed + i,
                     local_rank=local_rank,
                     world_size=world_size,
+                    rank=rank,
                     top_p=config.rollout.top_p,
+                    placement=e.placement,
+                    engine_devices=e.engine_devices,
                 )
             )
     return engines

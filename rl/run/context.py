@@ -15,7 +15,7 @@ from rl.data.tasks import Demonstration, Problem
 from rl.engines.base import Engine
 from rl.grpo import MicroBatching
 from rl.parallel.distributed import Topology
-from rl.reward.grading import Grader, LocalGrader, ServiceGrader, Verifies
+from rl.reward.grading import CodeGrader, Grader, LocalGrader, ServiceClient, ServiceGrader
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import HFCodec, RolloutSettings
 from rl.rollout.scheduler import RolloutScheduler
@@ -51,7 +51,7 @@ class RunContext:
     tools: Executes
     verifier: VerifierPool | None
     """The local verifier pool (reward.verifier = "local"); None when the service grades."""
-    verify_client: Verifies | None
+    verify_client: ServiceClient | None
     """The service that grades (reward.verifier = "service"); None when the pool does."""
     records: Recorder
     rng: random.Random
@@ -76,6 +76,14 @@ class RunContext:
 
     def grader(self, grpo: GRPOConfig) -> Grader:
         """How a stage's rollouts are graded: by the service as each ends, or by the pool."""
+        if grpo.answer_kind == "code":
+            if self.verify_client is None:
+                raise ValueError(
+                    'answer_kind "code" is graded by the service: reward.verifier "service"'
+                )
+            return CodeGrader(
+                self.verify_client, fallback_to_last_block=grpo.fallback_to_last_boxed
+            )
         if self.verify_client is not None:
             return ServiceGrader(
                 self.verify_client,

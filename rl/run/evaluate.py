@@ -164,6 +164,8 @@ def evaluate(
     problems_path: str | None = None,
 ) -> dict[str, Any]:
     """Run the evaluation, write results.jsonl and summary.json under out; return the summary."""
+    if config.grpo.answer_kind != "math":
+        raise ValueError('rl-sandbox eval grades math answers only (grpo.answer_kind = "math")')
     started = time.monotonic()
     problems = _problems(config, problems_path)
     if settings.limit:

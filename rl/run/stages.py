@@ -18,6 +18,7 @@ from rl.data.tasks import Problem
 from rl.diagnostics import step_metrics
 from rl.grpo import final_rewards, policy_update, select_and_weigh
 from rl.parallel.distributed import barrier
+from rl.rollout.demonstrations import render_demonstrations
 from rl.rollout.loop import RolloutSettings
 from rl.run.checkpoint import (
     full_model_state,
@@ -37,7 +38,7 @@ from rl.run.collect import (
 from rl.run.context import RunContext
 from rl.run.optim import grpo_optimizer, retarget, sft_optimizer
 from rl.run.train_config import StageConfig
-from rl.sft import render_demonstrations, sft_step
+from rl.sft import sft_step
 
 
 async def sync_policy(ctx: RunContext) -> None:

@@ -130,6 +130,10 @@ class RewardConfig:
         return "service" if has_service else "local"
 
 
+TRANSFORMERS_CAPACITY_TOKENS = 65536
+"""A transformers engine's token capacity when none is configured (it has no paged cache)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """One inference engine."""
@@ -138,8 +142,9 @@ class EngineConfig:
     """"transformers": in process, shares the trainer's model; "vllm": colocated vLLM."""
     name: str = ""
     """Name in reports; empty: kind + index."""
-    capacity_tokens: int = 65536
-    """Tokens of KV cache the scheduler may reserve on it (vllm: 0 = ask the engine)."""
+    capacity_tokens: int = 0
+    """Tokens of KV cache the scheduler may reserve on it; 0: the engine's own (vllm: its
+    KV-cache size, asked at start; transformers: TRANSFORMERS_CAPACITY_TOKENS)."""
     max_cohorts: int = 8
     """transformers: concurrent prefill cohorts (one forward each per step)."""
     gpu_memory_utilization: float = 0.5
@@ -148,7 +153,15 @@ class EngineConfig:
     """vllm: GPUs one engine spans, the trainer's first (one process only: under torchrun each
     rank's engine runs on that rank's own GPU, and this must be 1)."""
     bucket_mb: int = 512
-    """vllm: size of the bf16 buckets the weights are pushed in by CUDA IPC."""
+    """vllm: size of the buckets (in the engine's dtype) the weights are pushed in."""
+    placement: Literal["colocated", "separate"] = "colocated"
+    """vllm: "colocated" on the trainer's GPU (sleep mode frees it during the update, weights
+    by IPC); "separate" on engine_devices, GPUs of its own (no sleep mode: for platforms or
+    vLLM releases without it, such as vLLM 0.11.0 on ROCm; weights broadcast over NCCL/RCCL;
+    one trainer process only)."""
+    engine_devices: str = ""
+    """vllm, placement = "separate": the engine's GPUs as the trainer numbers them ("1" or
+    "1,2"; never 0, the trainer's), as many as tensor_parallel_size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +200,9 @@ class TrainerConfig:
     """Save every this many RL steps (0: only at the end of each stage)."""
     keep_checkpoints: int = 2
     """Periodic (step-N) checkpoints kept, newest first; stage-end ones are always kept."""
+    collective_timeout_s: float = 3 * 3600.0
+    """Under torchrun: how long a collective waits for the slowest rank (its rollouts, rank
+    0's checkpoint) before the run ends; torch's NCCL default is 10 minutes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +430,8 @@ def _check(config: TrainConfig, source: str) -> None:
                 )
         if stage.drop_solved_samples < 0 or stage.filter_max_problems < 0:
             problems.append(f"{at}: drop_solved_samples and filter_max_problems must be >= 0")
+    if config.grpo.answer_kind == "code" and config.reward.verifier == "local":
+        problems.append('reward.verifier: grpo.answer_kind = "code" is graded by the service')
     if config.model.source == "pretrained" and not config.model.path:
         problems.append('model.path: required when model.source = "pretrained"')
     if config.model.source == "tiny" and config.model.hidden_size % config.model.num_heads:
@@ -436,10 +454,19 @@ def _check(config: TrainConfig, source: str) -> None:
     if len(set(engine_names)) != len(engine_names):
         problems.append(f"rollout.engines: names must be unique, got {engine_names}")
     for i, engine in enumerate(config.rollout.engines):
-        if engine.capacity_tokens < 0 or (
-            engine.kind == "transformers" and engine.capacity_tokens == 0
-        ):
-            problems.append(f"rollout.engines[{i}].capacity_tokens: must be positive")
+        if engine.capacity_tokens < 0:
+            problems.append(f"rollout.engines[{i}].capacity_tokens: must be 0 or positive")
+        if engine.placement == "separate" and (engine.kind != "vllm" or not engine.engine_devices):
+            problems.append(
+                f'rollout.engines[{i}].placement: "separate" is for vllm engines, with '
+                "engine_devices naming the engine's own GPUs"
+            )
+        if engine.engine_devices and engine.placement != "separate":
+            problems.append(
+                f'rollout.engines[{i}].engine_devices: only with placement = "separate"'
+            )
+    if config.trainer.collective_timeout_s <= 0:
+        problems.append("trainer: collective_timeout_s must be positive")
     if config.trainer.logprob_chunk_tokens < 1:
         problems.append("trainer: logprob_chunk_tokens must be at least 1")
     if config.trainer.micro_batch_tokens < 0:

@@ -87,7 +87,7 @@ def build_context(
     topology: Topology | None = None,
 ) -> RunContext:
     """Every part of a run, new or (saved given) as its checkpoint left it; this rank's."""
-    topology = topology or init_from_env()
+    topology = topology or init_from_env(timeout_s=config.trainer.collective_timeout_s)
     template = build.build_template(config)
     problems, demos = build.load_task(config)
     corpus = build.tokenizer_corpus(config, template, problems, demos)
@@ -208,7 +208,7 @@ def train(
     """Run every stage of config (or, resume, the rest of them); returns the run directory.
 
     Under torchrun every rank calls it (rank 0 writes the run's files)."""
-    topology = init_from_env()
+    topology = init_from_env(timeout_s=config.trainer.collective_timeout_s)
     run_dir = run_dir or Path(config.runs_dir) / config.name
     main = topology.is_main
     if main:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from sandbox_service import __version__
 from sandbox_service.api import execute_routes, fork_routes, operations
+from sandbox_service.api.answers import AnswerLedger
 from sandbox_service.api.call_labels import read_call_labels
 from sandbox_service.api.cells import Cells
 from sandbox_service.api.compat.e2b_routes import E2bWire
@@ -29,9 +30,12 @@ from sandbox_service.api.compat.nemo_routes import NemoWire
 from sandbox_service.api.compat.routes import codejudge_router, sandboxfusion_router
 from sandbox_service.api.compat.wires import PeerWires
 from sandbox_service.api.context import ApiContext
-from sandbox_service.api.dispatch import Dispatcher, Overloaded, Unavailable
+from sandbox_service.api.dispatch import Dispatcher, Overloaded, OverRecorded, Unavailable
+from sandbox_service.api.docs_ui import serve_docs
 from sandbox_service.api.edge import Edge
+from sandbox_service.api.grade import grade_router
 from sandbox_service.api.invalid import invalid_request
+from sandbox_service.api.json_gate import JsonGate
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.api.verify import verify_router
 from sandbox_service.settings import Settings
@@ -43,7 +47,11 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings) -> FastAPI:
     """The API app; its lifespan starts and stops the dispatcher."""
     several = len(settings.cell_urls()) > 1
-    ctx = ApiContext(settings, Cells(settings) if several else Dispatcher(settings), Metrics())
+    dispatcher = Cells(settings) if several else Dispatcher(settings)
+    largest_answer = settings.max_fetch_bytes * 4 // 3 + 2 * settings.max_output_bytes
+    weights = {t.name: t.weight for t in settings.tenants()}
+    answers = AnswerLedger(settings.max_unread_answer_bytes, largest_answer, weights)
+    ctx = ApiContext(settings, dispatcher, Metrics(), answers)
     mcp = McpMount(ctx)
 
     @asynccontextmanager
@@ -61,17 +69,20 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         description="Jailed Python execution for agentic RL tool calls.",
         lifespan=lifespan,
+        docs_url=None,  # served by docs_ui, with its assets from this process
+        redoc_url=None,
     )
     app.state.context = ctx
     # Inside the Edge: the E2B, MCP and NeMo-Skills wires, dispatched before FastAPI's routes.
     app.add_middleware(PeerWires, e2b=E2bWire(ctx), nemo=NemoWire(ctx), mcp=mcp.app)
+    # Between the Edge and every route: one parse of each body, by one set of rules (json_gate).
+    app.add_middleware(JsonGate)
     app.add_middleware(
         Edge,
         credentials=settings.credentials(),
         max_body_bytes=settings.max_body_bytes,
-        on_response=lambda route, code, tenant: ctx.metrics.http_responses.labels(
-            route, str(code), tenant
-        ).inc(),
+        on_response=ctx.metrics.respond,
+        operator_key=None if settings.operator_key is None else settings.operator_key.encode(),
     )
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(Overloaded, _overloaded)
@@ -86,11 +97,13 @@ def create_app(settings: Settings) -> FastAPI:
         dependencies=labels,
     )
     app.include_router(
-        sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher),
+        sandboxfusion_router(settings, ctx.run_requests, ctx.metrics, ctx.dispatcher, ctx.answers),
         dependencies=labels,
     )
     app.include_router(verify_router(settings, ctx.run))
+    app.include_router(grade_router(settings, ctx.run))
     app.include_router(operations.router)
+    serve_docs(app)
     _document_bodies(app, execute_routes.BODY_MODELS)
     return app
 
@@ -98,7 +111,9 @@ def create_app(settings: Settings) -> FastAPI:
 async def _overloaded(request: Request, exc: Exception) -> Response:
     ctx: ApiContext = request.app.state.context
     reason = exc.reason if isinstance(exc, Overloaded) else "queue_full"
-    ctx.metrics.rejected.labels(reason, tenant_var.get().name).inc()
+    ctx.metrics.reject(reason, tenant_var.get().name)
+    if isinstance(exc, OverRecorded) and exc.status_code == 422:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
     return JSONResponse(
         {"detail": str(exc)},
         status_code=429,
@@ -108,7 +123,7 @@ async def _overloaded(request: Request, exc: Exception) -> Response:
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
     ctx: ApiContext = request.app.state.context
-    ctx.metrics.rejected.labels("unavailable", tenant_var.get().name).inc()
+    ctx.metrics.reject("unavailable", tenant_var.get().name)
     return JSONResponse({"detail": str(exc)}, status_code=503)
 
 

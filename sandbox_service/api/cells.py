@@ -280,6 +280,15 @@ class Cells:
         depths = await self._each(lambda cell: cell.queue_depth())
         return sum(depths)
 
+    async def recorded_bytes(self) -> dict[str, int]:
+        """Each tenant's recorded session bytes, summed over the cells up."""
+        parts = await self._each(lambda cell: cell.recorded_bytes())
+        total: dict[str, int] = {}
+        for part in parts:
+            for tenant, size in part.items():
+                total[tenant] = total.get(tenant, 0) + size
+        return total
+
     async def worker_stats(self) -> dict[str, WorkerStats]:
         stats = await self._each(lambda cell: cell.worker_stats())
         merged: dict[str, WorkerStats] = {}

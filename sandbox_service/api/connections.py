@@ -9,7 +9,15 @@ halfway was held forever, before the API key was even read (each one a descripto
     connected, or a request's first byte      whole head within header_timeout  408, close
     head complete, body not                   whole body within body_timeout    408, close
     body complete: the app runs               none (the app's own limits)       -
+    answer sent, the send buffer full         send_timeout, waited in all       abort
     response sent                             uvicorn's keep-alive              close
+
+The way out is bounded as the way in: while the transport's send buffer is over its high-water
+mark (the client is not reading), the server waits (uvicorn's flow control: the app's `send`
+blocks), and the time waited is summed over the request's answer; past send_timeout the
+connection is aborted, which drops the buffered bytes at once (a plain close would keep them
+until the client read them) and lets the app's answer finish (its later sends are dropped), so
+the answer's memory is freed. A client that reads never waits the server long enough to matter.
 
 Both deadlines are totals, not idle times between reads (nginx's body timeout is one): a client
 sending a byte every few seconds is closed all the same. A head larger than max_header_bytes is
@@ -64,6 +72,7 @@ class ConnectionLimits:
     body_timeout_s: float = 60.0
     max_header_bytes: int = 65536
     max_connections: int = 8192
+    send_timeout_s: float = 30.0
 
 
 def _answer(status: str, detail: str) -> bytes:
@@ -92,6 +101,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_head = False
         self._head_bytes = 0
         self._head_too_large = False
+        self._send_waited = 0.0  # seconds this request's answer has waited on the client
+        self._send_paused_at: float | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -106,7 +118,35 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._waiting = None
         self._sync_deadline()
+        self._stop_send_deadline()
         super().connection_lost(exc)
+
+    # --- the way out: flow control's callbacks (the transport's send buffer) ----------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_paused_at is None:
+            self._send_paused_at = self.loop.time()
+            left = max(0.0, self.limits.send_timeout_s - self._send_waited)
+            self._send_deadline = self.loop.call_later(left, self._send_expired)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_paused_at is not None:
+            self._send_waited += self.loop.time() - self._send_paused_at
+        self._stop_send_deadline()
+
+    def _stop_send_deadline(self) -> None:
+        self._send_paused_at = None
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_expired(self) -> None:
+        self._send_deadline = None
+        seconds = self.limits.send_timeout_s
+        _closed.add(f"answer not read within {seconds:g} s", self.loop.time())
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -148,6 +188,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             raise ValueError("request head too large")  # ends the parse: send_400_response
         super().on_headers_complete()
         self._reading_head = False
+        self._send_waited = 0.0  # each request's answer has its own send deadline
         if self.pipeline and any(cycle is self.cycle for cycle, _ in self.pipeline):
             self._waiting = None  # waits its turn with reading paused: not the client's delay
         else:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from sandbox_service.api.answers import AnswerLedger
 from sandbox_service.api.call_labels import labelled
 from sandbox_service.api.cells import Cells
-from sandbox_service.api.dispatch import Dispatcher
+from sandbox_service.api.dispatch import Dispatcher, Unavailable
 from sandbox_service.api.metrics import Metrics
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
@@ -27,9 +28,16 @@ class ApiContext:
     dispatcher: Dispatcher | Cells
     """One cell's Dispatcher, or Cells over several (api/cells.py)."""
     metrics: Metrics
+    answers: AnswerLedger
+    """The large answers this process is sending (api/answers.py)."""
 
     async def run(self, payloads: list[JobPayload], route: str) -> list[ResultDict]:
-        """Admit, run and await the payloads; record their results and the route's time."""
+        """Admit, run and await the payloads; record their results and the route's time.
+        Refused (Unavailable) before anything runs while the tenant's unread answers are over
+        their bound."""
+        over = self.answers.over(tenant_var.get().name)
+        if over is not None:
+            raise Unavailable(over)
         started = time.perf_counter()
         results = await self.dispatcher.submit(payloads)
         tenant = tenant_var.get().name

@@ -4,6 +4,7 @@ Errors of the service itself (a program's failure is a result, never one of thes
 
     DispatchError
     ├── Overloaded   the queue is at its bound: 429 with Retry-After; nothing was enqueued
+    │   └── OverRecorded  a session's recorded bytes at their bound (422), or its tenant's (429)
     └── Unavailable  Redis unreachable, or the process is shutting down: 503 with the reason
 
 Admission is batched: one task collects every group waiting to be admitted and sends them all in
@@ -18,7 +19,12 @@ in proportion to the tenants' weights, worker/fair_share.py), which may hold at 
 share of the bound (max_queue_depth x weight / total weight), so that a flooding tenant never
 fills the queue for the others. A tenant with `max_in_flight` has its admitted, unanswered jobs
 counted in Redis (checked in the same script; released when `submit` ends, whichever way it
-ends), and one with `max_sessions` its live sessions (quotas.py). Over any of these: 429.
+ends), and one with `max_sessions` its live sessions (quotas.py); when tenants share the cluster,
+each tenant's live sessions are also bounded by its weight's share of the live workers' session
+slots (a new session or fork past it never evicts another tenant's). Over any of these: 429.
+A request with session cells first reads the recorded bytes of those sessions and of its tenant
+(session_store.recorded_usage) and is refused when a cell's record would take one past its bound
+(checked before admission, not atomically with it: concurrent cells may each pass once).
 
 A round with session cells first routes them (one more round trip): each goes to the own queue of
 its session's owner, claimed in Redis (session_store.py). The bound counts the shared queue and
@@ -47,13 +53,17 @@ from sandbox_service.broker import jobqueue, quotas, worker_stats
 from sandbox_service.broker.held_connection import HeldConnection
 from sandbox_service.broker.jobqueue import GroupBounds, JobQueue, NewJob
 from sandbox_service.broker.liveness import Liveness
-from sandbox_service.broker.session_store import SessionStore
+from sandbox_service.broker.session_store import (
+    SessionStore,
+    estimated_record_bytes,
+    recorded_usage,
+)
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.cancel import GROUP_CANCELLED
 from sandbox_service.jobs import NO_SESSION, JobPayload, ResultDict, item_id
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
-from sandbox_service.tenancy import Tenant, tenant_var
+from sandbox_service.tenancy import Tenant, tenant_var, unscoped
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +104,15 @@ class Overloaded(DispatchError):
         super().__init__(message)
         self.reason = reason
         """`queue_full`, `in_flight_quota` or `session_quota` (the metric's label)."""
+
+
+class OverRecorded(Overloaded):
+    """A session cell would take its session's or its tenant's recorded bytes past their bound:
+    422 for a session (it never fits), 429 for a tenant (until its sessions end or expire)."""
+
+    def __init__(self, message: str, per_session: bool) -> None:
+        super().__init__(message, "session_recorded_bytes" if per_session else "recorded_bytes")
+        self.status_code = 422 if per_session else 429
 
 
 class Unavailable(DispatchError):
@@ -146,6 +165,11 @@ class Dispatcher:
         self._bounds = {
             t.name: self._tenant_bounds(t, len(tenants) > 1, total_weight) for t in tenants
         }
+        self._session_fraction = (
+            {t.name: t.weight / total_weight for t in tenants} if len(tenants) > 1 else {}
+        )
+        """Tenant -> its weight's fraction of the cluster's live-session slots, when tenants share
+        the cluster (one tenant alone is bounded by the slots themselves)."""
         self._tenant_queues = [
             b.tenant_queue for b in self._bounds.values() if b.tenant_queue != settings.queue_name
         ]
@@ -228,6 +252,7 @@ class Dispatcher:
         admitted_at = time.time()
         bounds = self._bounds_of(tenant)
         workers = await self._workers_for_chunks(len(payloads))
+        await self._check_recorded_bytes(tenant, payloads)
         new_sessions = await self._claim_sessions(tenant, payloads, admitted_at)
         plan = plan_chunks(payloads, workers)
         stamped = _stamped(payloads, plan, self.awaiter_reply_key, admitted_at, self.settings)
@@ -302,11 +327,51 @@ class Dispatcher:
             )
         return Overloaded(f"the queue is full ({self.settings.max_queue_depth} jobs)")
 
+    async def _check_recorded_bytes(self, tenant: Tenant, payloads: Sequence[JobPayload]) -> None:
+        """Refuse session cells whose records would take a session or the tenant past its bound
+        of recorded bytes (one round trip, only for requests with session cells)."""
+        adding: dict[str, int] = {}
+        for p in payloads:
+            if p.session_id is not None and not (p.end_session or p.fork_to):
+                size = estimated_record_bytes(p.code, p.stdin, p.files)
+                adding[p.session_id] = adding.get(p.session_id, 0) + size
+        if not adding:
+            return
+        session_ids = sorted(adding)
+        try:
+            usage = await recorded_usage(
+                self.redis, self.settings.queue_name, tenant.name, session_ids
+            )
+        except (RedisError, OSError) as exc:
+            raise Unavailable(f"redis unavailable: {exc}") from exc
+        session_bound = self.settings.max_session_recorded_bytes
+        for session_id, held in zip(session_ids, usage.session_bytes, strict=True):
+            if held + adding[session_id] > session_bound:
+                client_id = unscoped(tenant, session_id) or session_id
+                raise OverRecorded(
+                    f"session {client_id!r} would record {held + adding[session_id]} bytes of "
+                    f"cells (code, stdin, files), past the server's max_session_recorded_bytes "
+                    f"({session_bound}); start a new session",
+                    per_session=True,
+                )
+        tenant_bound = self.settings.max_tenant_recorded_bytes
+        total = usage.tenant_bytes + sum(adding.values())
+        if total > tenant_bound:
+            raise OverRecorded(
+                f"tenant {tenant.name!r} would keep {total} bytes of recorded session cells, past "
+                f"the server's max_tenant_recorded_bytes ({tenant_bound}); end sessions "
+                "(DELETE /sessions/{id}) or retry when they expire",
+                per_session=False,
+            )
+
     async def _claim_sessions(
         self, tenant: Tenant, payloads: Sequence[JobPayload], now: float
     ) -> list[str]:
         """Count the request's sessions against the tenant's quota (429 past it); the new ones."""
-        if tenant.max_sessions is None:
+        quota, share = tenant.max_sessions, await self._session_share(tenant)
+        if share is not None and (quota is None or share < quota):
+            quota = share
+        if quota is None:
             return []
         # A fork's parent is not used by it; its copies are new sessions.
         session_ids = {
@@ -320,16 +385,32 @@ class Dispatcher:
         key = keys.tenant_sessions(self.settings.queue_name, tenant.name)
         try:
             new = await quotas.claim_sessions(
-                self.redis, key, sorted(session_ids), now, lifetime_s, tenant.max_sessions
+                self.redis, key, sorted(session_ids), now, lifetime_s, quota
             )
         except (RedisError, OSError) as exc:
             raise Unavailable(f"redis unavailable: {exc}") from exc
-        if new is None:
+        if new is None and quota == tenant.max_sessions:
             raise Overloaded(
                 f"tenant {tenant.name!r} has its quota of sessions ({tenant.max_sessions})",
                 "session_quota",
             )
+        if new is None:
+            raise Overloaded(
+                f"tenant {tenant.name!r} holds its share of the live-session slots ({quota}: its "
+                "weight's part of max_sessions_per_worker on every live worker); end sessions "
+                "(DELETE /sessions/{id}) or retry when they expire",
+                "session_share",
+            )
         return new
+
+    async def _session_share(self, tenant: Tenant) -> int | None:
+        """The live sessions the tenant's weight entitles it to, when tenants share the cluster:
+        its fraction of every live worker's session slots (at least one)."""
+        fraction = self._session_fraction.get(tenant.name)
+        if fraction is None:
+            return None
+        slots = await self._recent_live_workers() * self.settings.max_sessions_per_worker
+        return max(1, int(slots * fraction))
 
     async def _unclaim_sessions(self, tenant: Tenant, session_ids: list[str]) -> None:
         """Stop counting these sessions (ended, or new in a request that was not admitted)."""
@@ -342,6 +423,10 @@ class Dispatcher:
         """Live workers, to size a request's chunks (0: no chunks; a recent count is reused)."""
         if calls <= 1:
             return 0
+        return await self._recent_live_workers()
+
+    async def _recent_live_workers(self) -> int:
+        """Live workers, a count at most WORKERS_FRESH_S old (0 when Redis cannot say)."""
         now = time.monotonic()
         if now - self._workers_seen_at > WORKERS_FRESH_S:
             self._workers_seen_at = now
@@ -486,7 +571,7 @@ class Dispatcher:
     async def sessions_ended(self, session_ids: Sequence[str]) -> None:
         """Stop counting these sessions (ended, or forks never made) against the quota."""
         tenant = tenant_var.get()
-        if tenant.max_sessions is not None:
+        if tenant.max_sessions is not None or tenant.name in self._session_fraction:
             await self._unclaim_sessions(tenant, list(session_ids))
 
     def route(self, jobs: Sequence[NewJob]) -> list[NewJob]:
@@ -591,6 +676,18 @@ class Dispatcher:
     async def worker_stats(self) -> dict[str, WorkerStats]:
         """The own counters of the workers alive now, by worker name."""
         return await worker_stats.read_live(self.redis, Liveness.of(self.settings))
+
+    async def recorded_bytes(self) -> dict[str, int]:
+        """Bytes of recorded session cells each configured tenant keeps in Redis (what expired
+        pruned first)."""
+        queue = self.settings.queue_name
+        usages = await asyncio.gather(
+            *(recorded_usage(self.redis, queue, t.name, ()) for t in self.settings.tenants())
+        )
+        return {
+            t.name: usage.tenant_bytes
+            for t, usage in zip(self.settings.tenants(), usages, strict=True)
+        }
 
     async def queue_depth(self) -> int:
         """Calls waiting: in the shared queues and in the workers' own queues (session cells)."""

@@ -40,10 +40,17 @@ CLIENT_CLOSED_REQUEST = 499
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Paths served without the API key: the operational ones, which probes and scrapers call and
-which cannot carry a secret (restrict them by network; they reveal no user data)."""
+which cannot carry a secret (restrict them by network; they reveal no user data, and `/metrics`
+no tenant's name or figure)."""
+TENANT_METRICS_PATH = "/metrics/tenants"
+"""The per-tenant series: a tenant's key gets its own, the operator key every tenant's."""
+OPERATOR = "operator"
+"""`scope["state"]` key, True when the request presented the operator key (on
+TENANT_METRICS_PATH, the only path that key opens)."""
 
 KNOWN_ROUTES = frozenset(
     {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"}
+    | {TENANT_METRICS_PATH}
     | {"/run", "/run/batch", "/run/long-batch", "/run_code"}  # compat_routes
     | {"/sandboxes", "/v2/sandboxes", "/mcp"}  # compat/wires
 )
@@ -62,9 +69,11 @@ class Edge:
         credentials: tuple[Credential, ...],
         max_body_bytes: int,
         on_response: Callable[[str, int, str], None],
+        operator_key: bytes | None = None,
     ) -> None:
         self.app = app
         self._credentials = credentials
+        self._operator_key = operator_key
         self._max_body_bytes = max_body_bytes
         self._on_response = on_response
 
@@ -113,7 +122,10 @@ class Edge:
         tenant_token = None
         label = DEFAULT_TENANT.name  # the metrics' tenant: "" for a request of no tenant
         try:
-            if self._credentials:
+            if path == TENANT_METRICS_PATH and self._is_operator(headers):
+                scope.setdefault("state", {})[OPERATOR] = True
+                label = ""
+            elif self._credentials:
                 label = ""
                 if path not in OPEN_PATHS and sandbox is None:
                     tenant = self._tenant_of(headers)
@@ -169,6 +181,12 @@ class Edge:
             if hmac.compare_digest(key or b"", credential.key):
                 found = credential.tenant
         return found if key is not None else None
+
+    def _is_operator(self, headers: dict[bytes, bytes]) -> bool:
+        key = presented_key(headers)
+        if self._operator_key is None or key is None:
+            return False
+        return hmac.compare_digest(key, self._operator_key)
 
     def _capped(self, receive: Receive, on_body_read: Callable[[], None]) -> Receive:
         seen = 0

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -12,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
+from sandbox_service.api.answers import answer
 from sandbox_service.api.context import ApiContext, context, to_payload
 from sandbox_service.api.validation import check_batch, check_request
 from sandbox_service.logs import request_id_var
@@ -73,7 +73,7 @@ async def execute(http_request: Request) -> Response:
     if problems:
         raise RequestValidationError(problems)
     (result,) = await ctx.run([to_payload(request)], "/execute")
-    return Response(json.dumps(result), media_type="application/json")
+    return answer(result, ctx.answers)
 
 
 @router.post(
@@ -89,7 +89,7 @@ async def execute_batch(http_request: Request, ctx: Context) -> Response:
     if problems:
         raise RequestValidationError(problems)
     results = await ctx.run([to_payload(r) for r in batch.requests], "/execute/batch")
-    return Response(json.dumps({"results": results}), media_type="application/json")
+    return answer({"results": results}, ctx.answers)
 
 
 @router.delete(

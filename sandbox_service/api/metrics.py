@@ -6,6 +6,10 @@ base units and in the name (`_seconds`, `_bytes`). The workers' own metrics carr
 label: each worker publishes them to Redis with its heartbeat (broker/worker_stats.py) and every
 API process exports those of the workers alive at the scrape, so they are cluster-wide series
 (docs/service.md, "Metrics").
+
+The open exposition (`GET /metrics`) carries aggregates only: no tenant's name or figure. Every
+per-tenant series lives in `TenantMetrics` (api/tenant_metrics.py), served to a key by
+`GET /metrics/tenants`; `Metrics` counts each event in both through one method per event.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sandbox_service.api.tenant_metrics import TenantMetrics
 from sandbox_service.broker.worker_stats import WorkerStats
 from sandbox_service.jobs import ResultDict
 from trainer_client.wire import INFRASTRUCTURE_STATUSES
@@ -35,18 +40,18 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.tenants = TenantMetrics()
+        """The per-tenant series (served to a key, never on the open exposition)."""
         self.http_responses = Counter(
-            "rl_sandbox_http_responses",
-            "HTTP responses by route, status code and tenant (empty: no valid key)",
-            ["route", "code", "tenant"], registry=r,
+            "rl_sandbox_http_responses", "HTTP responses by route and status code",
+            ["route", "code"], registry=r,
         )  # fmt: skip
         self.executions = Counter(
-            "rl_sandbox_executions", "Execution results by status and tenant",
-            ["status", "tenant"], registry=r,
-        )  # fmt: skip
+            "rl_sandbox_executions", "Execution results by status", ["status"], registry=r
+        )
         self.rejected = Counter(
-            "rl_sandbox_rejected_requests", "Requests refused before running, by reason and tenant",
-            ["reason", "tenant"], registry=r,
+            "rl_sandbox_rejected_requests", "Requests refused before running, by reason",
+            ["reason"], registry=r,
         )  # fmt: skip
         self.queue_wait = Histogram(
             "rl_sandbox_queue_wait_seconds", "Time from admission to the start of the run",
@@ -77,11 +82,22 @@ class Metrics:
         self.scraped = ScrapedValues()
         r.register(self.scraped)
 
+    def respond(self, route: str, code: int, tenant: str) -> None:
+        """Count one HTTP response of `tenant` ("": a request of no valid key)."""
+        self.http_responses.labels(route, str(code)).inc()
+        self.tenants.http_responses.labels(tenant, route, str(code)).inc()
+
+    def reject(self, reason: str, tenant: str) -> None:
+        """Count one request of `tenant` refused before running."""
+        self.rejected.labels(reason).inc()
+        self.tenants.rejected.labels(tenant, reason).inc()
+
     def observe_result(self, result: ResultDict, tenant: str) -> None:
         """Count one execution result of `tenant` and its times (the run's time only when the
         program's own outcome ended it: an infrastructure status says when the service stopped
         it)."""
-        self.executions.labels(result["status"], tenant).inc()
+        self.executions.labels(result["status"]).inc()
+        self.tenants.executions.labels(tenant, result["status"]).inc()
         self.queue_wait.observe(result["queue_time"])
         if result["status"] not in INFRASTRUCTURE_STATUSES:
             self.execution_wall.observe(result["wall_time"])
@@ -97,6 +113,8 @@ class ScrapedValues(Collector):
     def __init__(self) -> None:
         self.lost_job_retries = 0
         self.workers: dict[str, WorkerStats] = {}
+        self.recorded_bytes = 0
+        """Bytes of recorded session cells kept in Redis, in all (per tenant: tenant_metrics)."""
 
     def collect(self) -> Iterator[Metric]:
         """The families, from the values last set."""
@@ -104,6 +122,12 @@ class ScrapedValues(Collector):
             "rl_sandbox_lost_job_retries_total",
             "Jobs this API process re-ran because their worker was lost",
             value=self.lost_job_retries,
+        )
+        yield GaugeMetricFamily(
+            "rl_sandbox_session_recorded_bytes",
+            "Bytes of recorded session cells kept in Redis, every session's summed (a prefix "
+            "forks share counted once)",
+            value=self.recorded_bytes,
         )
         yield from worker_families(self.workers)
 

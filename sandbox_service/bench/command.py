@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_service.bench.baseline import Baseline, baselines
+from sandbox_service.bench.efficiency import efficiency
 from sandbox_service.bench.http import loopback_target
 from sandbox_service.bench.points import Point, baseline_point, service_point
 from sandbox_service.bench.procs import StackSampler
@@ -122,7 +123,9 @@ async def measure(
                 )
                 points.append(_stamped(point))
         if usable:
-            points += await _ratio_rounds(host, port, workload, usable, points, options, progress)
+            points += await _ratio_rounds(
+                host, port, workload, usable, points, options, sampler, progress
+            )
     return points
 
 
@@ -191,32 +194,32 @@ async def _ratio_rounds(
     fair: tuple[Baseline, ...],
     points: list[Point],
     options: BenchOptions,
+    sampler: StackSampler | None,
     progress: Progress,
 ) -> list[Point]:
-    """Alternating rounds of the service at its best concurrency and each baseline at the core
+    """Alternating rounds of the service at its best concurrency, once per calls-per-request
+    size (BenchOptions.compare_batch), each sampled for its CPU, and each baseline at the core
     count (see BenchOptions.ratio_rounds)."""
     sweep = [p for p in points if p.target == "service" and p.workload == workload.name]
     if not sweep or options.ratio_rounds <= 0:
         return []
-    best = max(sweep, key=lambda p: len(p.latencies_s) / max(p.elapsed_s, 1e-9)).concurrency
+    best = {
+        batch: max(
+            (p for p in sweep if p.batch == batch),
+            key=lambda p: len(p.latencies_s) * p.batch / max(p.elapsed_s, 1e-9),
+        ).concurrency
+        for batch in _batches(options)
+    }
     cores = os.cpu_count() or 1
     rounds: list[Point] = []
     for r in range(options.ratio_rounds):
-        service = Point("service round", workload.name, best, options.batch)
-        await progress.track(
-            f"round {r + 1} service {workload.name} c={best}",
-            service,
-            service_point(
-                service,
-                host,
-                port,
-                workload,
-                options.round_s,
-                options.max_calls,
-                options.timeout_s,
-            ),
-        )
-        rounds.append(_stamped(service))
+        for batch, concurrency in best.items():
+            service = Point("service round", workload.name, concurrency, batch)
+            label = f"round {r + 1} service {workload.name} c={concurrency} batch={batch}"
+            await _sampled(
+                service, label, host, port, workload, options.round_s, options, sampler, progress
+            )
+            rounds.append(_stamped(service))
         for fresh in fair:
             baseline = Point("baseline round", workload.name, cores, baseline=fresh.name)
             await progress.track(
@@ -249,7 +252,8 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
     if options.baseline:
         for name in options.workloads:
             kinds = 2 if WORKLOADS[name].stdlib_only else 1
-            total += kinds * len({1, os.cpu_count() or 1}) + (1 + kinds) * options.ratio_rounds
+            rounds = (batches + kinds) * options.ratio_rounds
+            total += kinds * len({1, os.cpu_count() or 1}) + rounds
     fair = baselines() if options.baseline else ()
     progress = Progress(total, enabled=options.progress)
     load_before = os.getloadavg()
@@ -285,6 +289,7 @@ def run_bench(options: BenchOptions, out_dir: Path) -> dict[str, Any]:
         "points": rows,
         "ratios": ratios(rows),
         "batching": batching(rows),
+        "efficiency": efficiency(rows),
     }
     text = json.dumps(report, indent=1)
     report = json.loads(text)  # the report as its readers see it (lists, not tuples)
@@ -322,6 +327,7 @@ def bench_command(args: Any) -> int:
         max_calls=args.max_calls,
         baseline=not args.no_baseline,
         ratio_rounds=args.ratio_rounds,
+        round_s=args.round_s,
         url=args.url,
         workers=args.workers,
         batch=args.batch,

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from sandbox_service.bench.efficiency import table as efficiency_table
+
 Row = dict[str, Any]
 
 
@@ -127,7 +129,10 @@ def ratios(rows: Sequence[Row]) -> list[Row]:
             "throughput_ratio": round(service["calls_per_s"] / baseline["calls_per_s"], 2),
         }
         service_rounds = [
-            r for r in rows if (r["target"], r["workload"]) == ("service round", workload)
+            r
+            for r in rows
+            if (r["target"], r["workload"]) == ("service round", workload)
+            and r["batch"] == service["batch"]
         ]
         baseline_rounds = [
             r
@@ -309,6 +314,7 @@ def table(report: Row) -> str:
                 f"({single}) | {b['batched_ms']} ({batched}) | {b['batched_share']}{merged} "
                 f"| {rounds_text} |"
             )
+    lines += efficiency_table(report.get("efficiency") or [])
     failures = [r for r in report["points"] if r["failed"]]
     for r in failures:
         lines.append(

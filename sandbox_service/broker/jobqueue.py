@@ -23,7 +23,11 @@ bookkeeping with two Lua scripts, three round trips per job with the dequeue:
       -> handler runs the program -> [DELIVER_SCRIPT: SET result, RPUSH notice, DEL job hash]
 
 A chunk (several calls of one batch in one job) runs its calls in turn and delivers their
-results a few at a time, in one DELIVER_SCRIPT each (outbox.py).
+results a few at a time, in one DELIVER_SCRIPT each (outbox.py). Fair share holds at the call,
+not the chunk: before each call of a chunk after its first, the worker takes one job waiting in a
+queue ahead of the chunk's in the fair order (another tenant's call, or a session cell of its
+own queue; TAKE_SCRIPT, one round trip) and runs it first. A job taken so runs whole (a chunk
+taken between calls does not itself take others), so the nesting is one deep.
 
 RQ's own fetch (HGETALL and five date parses) is skipped: its dequeue hands out a DequeuedJob
 whose fields come with the prepare script's reply. (RQ dequeues from two queues with BLPOP, not
@@ -276,7 +280,8 @@ _PACKING: dict[object, type[Any]] = {}
 
 
 def _hiredis_packing(base: type[Any]) -> type[Any]:
-    packer = HiredisRespSerializer()
+    # untyped in redis 8.2, typed before: the ignore is for either
+    packer = HiredisRespSerializer()  # type: ignore[no-untyped-call,unused-ignore]
 
     def pack_command(self: Any, *args: Any) -> list[bytes]:
         packed: list[bytes] = packer.pack(*args)
@@ -712,6 +717,16 @@ result JSON, its notice or '' and its id): store each, notify the waiter, leave 
 delete the job hash, count them; returns the markers' reasons ('' for none), in order."""
 
 
+TAKE_SCRIPT = """
+for i, key in ipairs(KEYS) do
+  local id = redis.call('LPOP', key)
+  if id then return {i, id} end
+end
+return false
+"""
+"""The first job waiting in the queues KEYS, in order, popped: {its queue's index, its id}."""
+
+
 class LeanQueue(Queue):
     """RQ's Queue whose dequeue hands out DequeuedJob (read later, in the prepare round trip)."""
 
@@ -761,6 +776,9 @@ class LeanWorker(SimpleWorker):
         self._heartbeat_at = 0.0
         self._prepare_script = self.connection.register_script(PREPARE_SCRIPT)
         self._deliver_script = self.connection.register_script(DELIVER_SCRIPT)
+        self._take_script = self.connection.register_script(TAKE_SCRIPT)
+        self._between_calls = False
+        """A job taken between a chunk's calls runs now (it takes none itself)."""
 
     def _shares(self) -> dict[str, float]:
         shares = {keys.tenant_queue(self._queue_name, t): w for t, w in self._weights.items()}
@@ -854,7 +872,7 @@ class LeanWorker(SimpleWorker):
             chunk = chunk_from_wire(job.args[0], dequeued_at=time.time())
             if chunk is not None:
                 self._charge_chunk(queue, len(chunk))
-                self._run_chunk(job, chunk, reply_to, first_cancelled)
+                self._run_chunk(job, chunk, reply_to, first_cancelled, queue.name)
                 return
             payload = JobPayload.from_wire(job.args[0])
             group = keys.group(self._queue_name, payload.group) if payload.group else ""
@@ -887,17 +905,25 @@ class LeanWorker(SimpleWorker):
         self._ordered_queues = [self._queue_by_name[name] for name in self._fair.order()]
 
     def _run_chunk(
-        self, job: Job, chunk: list[tuple[JobPayload, float]], reply_to: str, cancelled: str
+        self,
+        job: Job,
+        chunk: list[tuple[JobPayload, float]],
+        reply_to: str,
+        cancelled: str,
+        queue_name: str = "",
     ) -> None:
         """Run a chunk's calls in turn, each under its own budget, delivering their results a
         few at a time (outbox.py); a call cancelled meanwhile (its marker, read with a delivery,
         or the worker's cancel list) is answered `cancelled` without running. Dequeued in time,
-        no call of it is late (chunk_from_wire)."""
+        no call of it is late (chunk_from_wire). Before each call after the first, a job
+        waiting ahead of the chunk's queue `queue_name` in the fair order runs first."""
         last = len(chunk) - 1
         markers = {0: cancelled} if cancelled else {}
         outbox = Outbox()
         with CallAlarm() as alarm:
             for i, (payload, budget_s) in enumerate(chunk):
+                if i > 0 and queue_name:
+                    self._serve_one_ahead_of(queue_name)
                 execution_id = item_id(job.id, i)
                 started = time.monotonic()
                 if i in markers:
@@ -912,6 +938,37 @@ class LeanWorker(SimpleWorker):
                     behind = [item_id(job.id, k) for k in range(i + 1, len(chunk))]
                     reasons = self._deliver(job if i == last else None, reply_to, outbox, behind)
                     markers.update((i + 1 + k, r) for k, r in enumerate(reasons) if r)
+
+    def _serve_one_ahead_of(self, queue_name: str) -> None:
+        """Run one job waiting in a queue ahead of `queue_name` in the fair order, if any."""
+        if self._between_calls:
+            return
+        ahead: list[Queue] = []
+        for name in self._fair.order():
+            if name == queue_name:
+                break
+            ahead.append(self._queue_by_name[name])
+        if not ahead:
+            return
+        try:
+            taken = self._take_script(keys=[queue.key for queue in ahead])
+        except redis.RedisError:
+            log.warning("could not look for calls waiting ahead of a chunk", exc_info=True)
+            return
+        if not taken:
+            return
+        index, job_id = taken
+        queue = ahead[int(index) - 1]
+        job = DequeuedJob.fetch(
+            _reason(job_id), connection=self.connection, serializer=self.serializer
+        )
+        self._between_calls = True
+        try:
+            self.reorder_queues(queue)
+            self.execute_job(job, queue)
+        finally:
+            self._between_calls = False
+            self._state = WorkerStatus.BUSY  # the chunk runs on
 
     def _run_call(
         self, execution_id: str, payload: JobPayload, budget_s: float, alarm: CallAlarm
@@ -999,6 +1056,8 @@ class CallAlarm:
     def armed(self, budget_s: float, call: str) -> Iterator[None]:
         """JobTimeoutException in this (the main) thread once `budget_s` has passed."""
         self._call = call
+        # Again at each call: a job run between two calls installs (and removes) its own.
+        signal.signal(signal.SIGALRM, self._expired)
         signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.001))
         try:
             yield

@@ -228,6 +228,42 @@ class SlotCgroups:
         self._baseline_bytes = self._usage_bytes()
         self._baseline_unreclaimable = self.unreclaimable_bytes()
 
+    def limit_zygote_memory(self, limit_bytes: int) -> None:
+        """A hard memory limit on the slot's zygote cgroup: what the zygote charges after it
+        was moved there (its copy-on-write copies of its own heap, its bookkeeping) stays
+        under it, and an overrun ends that jail (the kernel's OOM kill of PID 1), never the
+        host's memory."""
+        zygote = self._memory.parent / ZYGOTE
+        if self.v2:
+            (zygote / "memory.max").write_text(str(limit_bytes))
+            with contextlib.suppress(OSError):
+                (zygote / "memory.swap.max").write_text("0")
+            return
+        limit_file = zygote / "memory.limit_in_bytes"
+        memsw = zygote / "memory.memsw.limit_in_bytes"
+        # memsw must stay >= the memory limit: raise it first when growing, after when
+        # shrinking (a slot's cgroup serves jail after jail).
+        growing = limit_bytes > int(limit_file.read_text())
+        if memsw.exists() and growing:
+            memsw.write_text(str(limit_bytes))
+        limit_file.write_text(str(limit_bytes))
+        if memsw.exists() and not growing:
+            memsw.write_text(str(limit_bytes))
+
+    def zygote_memory_limit_bytes(self) -> int | None:
+        """The zygote cgroup's hard memory limit (None: unlimited)."""
+        zygote = self._memory.parent / ZYGOTE
+        text = (zygote / ("memory.max" if self.v2 else "memory.limit_in_bytes")).read_text()
+        limit = None if text.strip() == "max" else int(text)
+        # cgroup v1 spells "no limit" as the largest page-aligned number it holds.
+        return None if limit is None or limit >= 1 << 62 else limit
+
+    def zygote_memory_bytes(self) -> int:
+        """What the zygote cgroup holds charged now."""
+        zygote = self._memory.parent / ZYGOTE
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        return int((zygote / name).read_text())
+
     def add_run_process(self, pid: int) -> None:
         """Move a process into the run's cgroups, as a standby moves itself (run_procs_fds)."""
         for path in self.run_dirs:
@@ -272,10 +308,19 @@ class SlotCgroups:
         if abs(limit - self._limit_bytes) > MIB:
             self._write_memory_limit(limit)
         self._reset_peak()
+        self.set_max_processes(max_processes)
+        self._oom_kills_before = self._oom_kills()
+
+    @property
+    def max_processes(self) -> int:
+        """The run's pids limit as last set (0: never set)."""
+        return max(self._pids_max, 0)
+
+    def set_max_processes(self, max_processes: int) -> None:
+        """The run's pids limit alone (a session's fork makes room for its copies)."""
         if max_processes != self._pids_max:
             (self._pids / "pids.max").write_text(str(max_processes))
             self._pids_max = max_processes
-        self._oom_kills_before = self._oom_kills()
 
     def set_cpu_limit(self, cores: float | None) -> None:
         """Limit the slot's processes together to `cores` CPUs (None: no limit).

@@ -8,6 +8,7 @@ the same results and differ only in start-up cost.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -21,10 +22,10 @@ from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, ProgramError, Status
 from sandbox_service.jail import cgroups as cg
 from sandbox_service.jail import matplotlib_cache
-from sandbox_service.jail import zygote as zygote_module
+from sandbox_service.jail.inside import protocol
+from sandbox_service.jail.inside.protocol import FetchBudget
 from sandbox_service.jail.outcome import RawOutcome, classify
 from sandbox_service.jail.policy import SCRATCH_DIRS, VENV_IN_JAIL, JailLayout
-from sandbox_service.jail.protocol import FetchBudget
 from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail, ZygoteReply
 from sandbox_service.settings import ExecutorMode, Settings
 
@@ -74,6 +75,10 @@ def jail_runtime(python: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return python_in_jail, tuple(mounts)
 
 
+INSIDE_SOURCE = os.path.dirname(os.path.abspath(protocol.__file__))
+"""The in-jail program's directory on the host, mounted into every jail."""
+
+
 def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout:
     """The jail layout of one slot."""
     python = settings.jail_python or sys.executable
@@ -82,7 +87,7 @@ def make_layout(settings: Settings, slot: int, mode: ExecutorMode) -> JailLayout
     return JailLayout(
         python=python_in_jail,
         runtime_mounts=runtime_mounts,
-        zygote_source=os.path.abspath(zygote_module.__file__),
+        inside_source=INSIDE_SOURCE,
         outside_uid=settings.sandbox_uid_base + slot,
         control_fd=-1,
         workdir_size_mb=settings.workdir_size_mb,
@@ -215,18 +220,36 @@ class JailExecutor:
     exist at once has a cgroup of its own.
     """
 
-    def __init__(self, settings: Settings, slot: int, mode: ExecutorMode | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        slot: int,
+        mode: ExecutorMode | None = None,
+        start_ahead: bool = True,
+        lean: bool = False,
+    ) -> None:
         self.mode: ExecutorMode = mode or settings.executor_mode
+        self._start_ahead = start_ahead
+        """Start the next cold jail after each run (False for a single run: nothing follows)."""
         self._settings = settings
         self._layout = make_layout(settings, slot, self.mode)
+        variant = ""
+        if lean:  # the slot's lean zygote (jail/zygotes.py): the standard library, no exercise
+            self._layout = dataclasses.replace(
+                self._layout, preload_lean=True, preload_full=False, idle_warm_up="never"
+            )
+            variant = "lean"
         cg.remove_stale(settings.cgroup_parent)
         self._cgroups = [
-            cg.SlotCgroups(settings.cgroup_parent, f"slot{slot}{tag}-{os.getpid()}") for tag in "ab"
+            cg.SlotCgroups(settings.cgroup_parent, f"slot{slot}{variant}{tag}-{os.getpid()}")
+            for tag in "ab"
         ]
         for cgroups in self._cgroups:
             cgroups.create()
             apply_cpu_limit(cgroups, settings.slot_cpu_cores)
-        self._log_path = Path(tempfile.gettempdir()) / f"rl-sandbox-jail-{os.getpid()}-{slot}.log"
+        self._log_path = (
+            Path(tempfile.gettempdir()) / f"rl-sandbox-jail-{os.getpid()}-{slot}{variant}.log"
+        )
         self._jail: ZygoteJail | None = None
         self._next: _StartingJail | None = None
         self.jail_failures = 0
@@ -351,7 +374,8 @@ class JailExecutor:
     def _after_run(self, jail: ZygoteJail) -> None:
         if self.mode == "cold":
             self._discard_jail()
-            self._prepare_next()
+            if self._start_ahead:
+                self._prepare_next()
             return
         max_runs = self._settings.zygote_max_runs
         if jail.runs >= max_runs * 0.9 or jail.runs >= max_runs - 1:

@@ -14,6 +14,7 @@ The rules, first match wins:
 | exit code 0                                                       | ok            |
 | non-zero exit, ended by an uncaught MemoryError the runner caught | memory_limit  |
 | non-zero exit, last stderr line a MemoryError, peak at the limit  | memory_limit  |
+| non-zero exit, last stderr line an OSError ENOMEM, peak at limit  | memory_limit  |
 | non-zero exit                                                     | error         |
 
 Only what the kernel and the limits say decides a status: the wait status, the CPU time (its
@@ -24,10 +25,16 @@ ended the program", as when numpy cannot allocate an array larger than the memor
 grants) is `memory_limit` wherever its peak stood: the runner in the program's process records
 it, so a program can claim it for itself, but it can only move its own failure between two of
 its own statuses (`error`, `memory_limit`), never to `ok` or to an infrastructure status.
+
+A write into the run's tmpfs at the limit can fail with ENOMEM without the OOM killer striking
+(the kernel refuses the page's charge in the system call): the program then ends on
+`OSError: [Errno 12] Cannot allocate memory` with its peak at the limit, which is the memory
+limit too.
 """
 
 from __future__ import annotations
 
+import errno
 import signal
 from dataclasses import dataclass
 
@@ -44,7 +51,7 @@ class RawOutcome:
     oom_killed: bool
     stderr_tail: str = ""
     cpu_limit_reached: bool = False
-    """The program's process had used its CPU-time limit (the kernel's count, zygote.py)."""
+    """The program's process had used its CPU-time limit (the kernel's count, inside/process.py)."""
     peak_memory_mb: float | None = None
     """The run cgroup's peak, from the kernel (None where it cannot be read)."""
     memory_limit_mb: float | None = None
@@ -63,9 +70,12 @@ def _memory_at_limit(raw: RawOutcome) -> bool:
     )
 
 
+_REFUSED_MEMORY = f"OSError: [Errno {errno.ENOMEM}]"
+
+
 def _died_of_memory_error(stderr_tail: str) -> bool:
     lines = [line for line in stderr_tail.strip().splitlines() if line.strip()]
-    return bool(lines) and lines[-1].startswith("MemoryError")
+    return bool(lines) and lines[-1].startswith(("MemoryError", _REFUSED_MEMORY))
 
 
 def classify(raw: RawOutcome) -> Status:

@@ -8,11 +8,14 @@ limits cover each execution rather than the jail's whole life.
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass
 
 from nsjail import Exe, IdMap, MountPt, NsJailConfig
 from nsjail.enums import Mode, RLimitType
+
+from sandbox_service.jail.inside.protocol import MEMBERS_DIR_IN_JAIL
 
 JAILED_UID = 1000
 """The program's uid (and gid) inside the jail; it owns nothing of the jail's machinery."""
@@ -24,13 +27,24 @@ so the kernel refuses it every call that the same uid would allow on PID 1 (kill
 affinity, ptrace-like access, /proc/1)."""
 ZYGOTE_UID_SHIFT = 100_000
 """The zygote's outside uid is the program's plus this: two unprivileged host uids per jail."""
-ZYGOTE_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH")
+ZYGOTE_CAPS = (
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_SYS_ADMIN",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_NET_ADMIN",
+)
 """Over the jail's own user namespace only: to make each run's process the program's uid, to
-kill the program's processes, to mount each run's fresh scratch tmpfs, and to read the files
-it fetches for the answer (a program may make them unreadable). A process that becomes
-JAILED_UID loses every capability (the kernel clears them on leaving uid 0)."""
-ZYGOTE_PATH_IN_JAIL = "/opt/rl-sandbox/zygote.py"
-PROTOCOL_PATH_IN_JAIL = "/opt/rl-sandbox/protocol.py"
+kill the program's processes, to mount each run's fresh scratch tmpfs (and make a fresh network
+namespace after a run that used one), to read the files it fetches for the answer (a program may
+make them unreadable), and to bring a fresh namespace's loopback up (inside/netns.py). A
+process that becomes JAILED_UID loses every capability (the kernel clears them on leaving
+uid 0)."""
+INSIDE_DIR_IN_JAIL = "/opt/rl-sandbox/inside"
+"""The in-jail program's package (jail/inside/), mounted read-only."""
+ZYGOTE_PATH_IN_JAIL = f"{INSIDE_DIR_IN_JAIL}/__main__.py"
+"""Started as a script, which loads its directory as a package by path (nothing on sys.path)."""
 WORK_DIR = "/home/sandbox"
 E2B_WORK_DIR = "/home/user"
 """A link to WORK_DIR: the E2B SDK's code and files share /home/user."""
@@ -39,6 +53,13 @@ SCRATCH_DIRS = (WORK_DIR, "/tmp", "/mnt", "/dev/shm")
 MS_NOSUID_NODEV = 2 | 4
 """The flags of every scratch mount (the zygote's mount(2) calls; seccomp lets no others by)."""
 MNT_DETACH = 2
+CLONE_NEWNET = 0x40000000
+"""The one namespace the zygote makes: a fresh network namespace after a run used its own."""
+MS_MOVE = 8192
+"""The flag of the zygote's moves of a session member's scratch mounts (inside/scratch.py)."""
+MEMBERS_DIR_OPTIONS = f"size=1m,nr_inodes={8 * 4096},mode=0700,uid={ZYGOTE_UID},gid={ZYGOTE_UID}"
+"""The zygote's holding place of session members' scratch mounts: directories only (five per
+member, MAX_MEMBERS of them), reachable by the zygote's uid alone."""
 HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
 """/etc/hosts: `localhost` (and the jail's hostname) on the loopback interface nsjail brings up."""
 NSSWITCH = b"hosts: files\n"
@@ -48,6 +69,9 @@ VENV_IN_JAIL = "/opt/rl-sandbox/venv"
 MATPLOTLIB_CACHE_IN_JAIL = "/opt/rl-sandbox/matplotlib"
 """matplotlib's font list, built once on the host (matplotlib_cache.py), mounted read-only."""
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+TOOLCHAIN_CONFIG_GLOBS = ("/etc/java-*-openjdk",)
+"""The JDK's configuration (Debian links its conf/ and security files there): mounted read-only
+where present, so that java and javac start in the jail (jail/languages.py)."""
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 
@@ -69,7 +93,7 @@ def _calls(names: str) -> tuple[str, ...]:
 SECCOMP_DENIED_EPERM = _calls(
     "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd "
     "pivot_root chroot move_mount open_tree fsopen fsconfig fsmount fspick "
-    "mount_setattr unshare setns "
+    "mount_setattr setns "
     "bpf perf_event_open userfaultfd keyctl add_key request_key "
     "kexec_load kexec_file_load init_module finit_module delete_module "
     "reboot swapon swapoff acct quotactl quotactl_fd "
@@ -154,8 +178,9 @@ def seccomp_policy() -> str:
     program = JAILED_UID
     # Identity calls pass only towards the program's uid and no supplementary group (the
     # zygote's children; the program is that uid already, so they change nothing for it);
-    # mount and umount2 only with the flags of a scratch mount (the zygote's; the program
-    # has no capability, the kernel refuses it).
+    # mount and umount2 only with the flags of a scratch mount or of a move of one, unshare
+    # only of a network namespace (the zygote's; the program has no capability, the kernel
+    # refuses it).
     return f"""
 POLICY rl_sandbox {{
   ERRNO(1) {{
@@ -164,8 +189,11 @@ POLICY rl_sandbox {{
     setresuid(ruid, euid, suid) {{ ruid != {program} || euid != {program} || suid != {program} }},
     setresgid(rgid, egid, sgid) {{ rgid != {program} || egid != {program} || sgid != {program} }},
     setgroups(size, list) {{ size != 0 }},
-    mount(source, target, fstype, flags, data) {{ flags != {MS_NOSUID_NODEV} }},
+    mount(source, target, fstype, flags, data) {{
+      flags != {MS_NOSUID_NODEV} && flags != {MS_MOVE}
+    }},
     umount(target, flags) {{ flags != {MNT_DETACH} }},
+    unshare(flags) {{ flags != {CLONE_NEWNET:#x} }},
     {", ".join(SECCOMP_DENIED_EPERM)}
   }},
   ERRNO(38) {{
@@ -179,7 +207,7 @@ POLICY rl_sandbox {{
   }},
   ALLOW {{
     socket(family, type, protocol) {{ {families} || (family == {_AF_NETLINK} && protocol == 0) }},
-    setresuid, setresgid, setgroups, mount, umount,
+    setresuid, setresgid, setgroups, mount, umount, unshare,
     {", ".join(SECCOMP_ALLOWED)}
   }},
   ERRNO(97) {{
@@ -198,8 +226,8 @@ class JailLayout:
     """Interpreter path inside the jail."""
     runtime_mounts: tuple[tuple[str, str], ...]
     """(host, jail) directories holding that interpreter and its libraries, mounted read-only."""
-    zygote_source: str
-    """Host path of zygote.py."""
+    inside_source: str
+    """Host directory of the in-jail program (sandbox_service/jail/inside/)."""
     outside_uid: int
     """Unprivileged host uid (and gid) the program's uid maps to; the zygote's is this plus
     ZYGOTE_UID_SHIFT."""
@@ -225,6 +253,8 @@ class JailLayout:
     """Descriptor of the host's /proc/loadavg, passed through for the idle warm-up's check
     (the jail's own /proc shows its processes only); -1: none."""
     preload_full: bool = False
+    preload_lean: bool = False
+    """With preload: the standard library's common modules alone (the slot's lean zygote)."""
     """With preload: scipy and matplotlib's pyplot too (the `preload` setting `full`)."""
     matplotlib_cache: str | None = None
     """Host directory of matplotlib's font list (None: programs that plot scan fonts)."""
@@ -240,6 +270,10 @@ def _system_mounts() -> list[MountPt]:
             mounts.append(MountPt(src=os.readlink(path), dst=path, is_symlink=True))
         elif os.path.isdir(path):
             mounts.append(MountPt(src=path, dst=path, is_bind=True, rw=False))
+    for pattern in TOOLCHAIN_CONFIG_GLOBS:
+        for path in sorted(glob.glob(pattern)):
+            if os.path.isdir(path) and not os.path.islink(path):
+                mounts.append(MountPt(src=path, dst=path, is_bind=True, rw=False))
     return mounts
 
 
@@ -342,13 +376,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
     cfg.mount = [
         *_system_mounts(),
         *[MountPt(src=src, dst=dst, is_bind=True, rw=False) for src, dst in layout.runtime_mounts],
-        MountPt(src=layout.zygote_source, dst=ZYGOTE_PATH_IN_JAIL, is_bind=True, rw=False),
-        MountPt(
-            src=os.path.join(os.path.dirname(layout.zygote_source), "protocol.py"),
-            dst=PROTOCOL_PATH_IN_JAIL,
-            is_bind=True,
-            rw=False,
-        ),
+        MountPt(src=layout.inside_source, dst=INSIDE_DIR_IN_JAIL, is_bind=True, rw=False),
         *(
             [
                 MountPt(
@@ -378,6 +406,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
             options=f"subset=pid,hidepid=invisible,gid={ZYGOTE_UID}",
         ),
         *[_scratch(dst, options) for dst, options in scratch_mounts(layout)],
+        _scratch(MEMBERS_DIR_IN_JAIL, MEMBERS_DIR_OPTIONS),
         # E2B's working directory: code written for an E2B sandbox names /home/user.
         MountPt(src=WORK_DIR, dst=E2B_WORK_DIR, is_symlink=True),
     ]
@@ -390,6 +419,8 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         args.append("--preload")
         if layout.preload_full:
             args.append("--preload-full")
+        if layout.preload_lean:
+            args.append("--preload-lean")
     if layout.matplotlib_cache:
         args += ["--matplotlib-cache", MATPLOTLIB_CACHE_IN_JAIL]
     if layout.once:

@@ -2,9 +2,11 @@
 
 A session's jail is a preloaded zygote in session mode (its interpreter is forked from the warm
 zygote and keeps its namespace across cells). Jails are started ahead of need (spares), so a new
-session does not wait for the preload. The pool is bounded (least recently used evicted) and
-idle sessions expire. A session that is not live here (new, evicted, or held by a worker that
-died) is rebuilt by replaying its recorded cells with their output discarded.
+session does not wait for the preload. The pool is bounded and shared by tenant weight
+(session_shares.py: a tenant's new session evicts its own least recently used, never another
+tenant's within its share) and idle sessions expire. A session that is not live here (new,
+evicted, or held by a worker that died) is rebuilt by replaying its recorded cells with their
+output discarded.
 """
 
 from __future__ import annotations
@@ -24,15 +26,23 @@ from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail.cgroups import SlotCgroups
 from sandbox_service.jail.executor import apply_cpu_limit, fetch_budget, make_layout, to_result
-from sandbox_service.jail.protocol import INTERPRETER_GONE
-from sandbox_service.jail.zygote_jail import JailFailure, ZygoteJail
+from sandbox_service.jail.inside.protocol import INTERPRETER_GONE
+from sandbox_service.jail.zygote_jail import JailFailure, LimitNotRestored, ZygoteJail
+from sandbox_service.session_shares import evictions, share
 from sandbox_service.settings import Settings
+from sandbox_service.tenancy import tenant_of
 
 log = logging.getLogger(__name__)
 
 # Session jails use their own range of outside uids, apart from the executor slots'.
 SESSION_UID_OFFSET = 10000
 SESSION_UIDS_PER_SLOT = 1000
+
+
+MEMORY_NOT_RESTORED = (
+    "rl-sandbox: the session's interpreters hold more memory than this cell's limit "
+    "(memory_mb); the session ended and this cell did not run\n"
+)
 
 
 class ReplayDiverged(Exception):
@@ -50,7 +60,7 @@ class CellOutcome:
     alive: bool
     """The interpreter survived the cell; False: it timed out or crashed and was discarded."""
     evicted: tuple[str, ...] = ()
-    """Sessions evicted (least recently used) to make room for this one."""
+    """Sessions evicted to make room for this one (its tenant's least recently used)."""
 
 
 class InterpreterGone(Exception):
@@ -82,6 +92,7 @@ class SessionPool:
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._serial = itertools.count()
+        self._weights: dict[str, float] = {}
         base = make_layout(settings, slot, "warm")
         self._layout = replace(base, session=True, preload=True, once=False, time_limit_s=0)
         self._log_path = Path(f"/tmp/rl-sandbox-session-{os.getpid()}-{slot}.log")
@@ -156,6 +167,10 @@ class SessionPool:
 
     # --- sessions ------------------------------------------------------------------------------
 
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """The tenants' weights, by which the pool's capacity is shared (none: one tenant)."""
+        self._weights = dict(weights)
+
     @property
     def live_count(self) -> int:
         """Sessions whose interpreter this pool holds now."""
@@ -179,7 +194,7 @@ class SessionPool:
         live = self._live.get(session_id)
         try:
             if live is None:
-                evicted = self._make_room()
+                evicted = self._make_room(tenant_of(session_id))
                 live = self._take_jail()
                 self._live[session_id] = live
                 if history:
@@ -194,6 +209,14 @@ class SessionPool:
             if reply.setup_error == INTERPRETER_GONE:
                 self.end(session_id)
                 raise InterpreterGone(session_id)
+        except LimitNotRestored:
+            # The session's interpreters hold more than this cell's limit (memory the program
+            # keeps): the session's own failure. Its family shares the memory: all of it ends.
+            self._end_family(session_id)
+            result = ExecutionResult.failure(
+                Status.MEMORY_LIMIT, MEMORY_NOT_RESTORED, spec.execution_id
+            )
+            return CellOutcome(result, restored, alive=False, evicted=tuple(evicted))
         except ReplayDiverged as diverged:
             # The session's own cells ended its interpreter on replay (a cell that acts on
             # randomness, time, or whether it is replayed): the program's error, not ours.
@@ -231,13 +254,25 @@ class SessionPool:
                     "session's state is lost and this cell did not run\n"
                 )
 
-    def _make_room(self, wanted: int = 1) -> list[str]:
-        evicted = []
-        while self._live and len(self._live) + wanted > self._settings.max_sessions_per_worker:
-            session_id = next(iter(self._live))
+    def _make_room(self, tenant: str, wanted: int = 1) -> list[str]:
+        """End sessions so that `tenant` may hold `wanted` more (session_shares.py); raises
+        JailFailure when its share cannot hold them."""
+        capacity = self._settings.max_sessions_per_worker
+        chosen = evictions(list(self._live), tenant, wanted, capacity, self._weights)
+        if chosen is None:
+            raise JailFailure(
+                f"tenant {tenant!r} may hold fewer live sessions on a worker than {wanted}"
+            )
+        for session_id in chosen:
             self.end(session_id)
-            evicted.append(session_id)
-        return evicted
+        return chosen
+
+    def _end_family(self, session_id: str) -> None:
+        live = self._live.get(session_id)
+        family = set(live.family) if live is not None and live.family is not None else set()
+        for member in sorted(family - {session_id}):
+            self.end(member, force=True)
+        self.end(session_id, force=True)
 
     def end(self, session_id: str, force: bool = False) -> bool:
         """End a live session; False if it was not live here. A forked session's interpreter
@@ -260,19 +295,22 @@ class SessionPool:
         live = self._live.get(session_id)
         if live is None or not live.jail.alive():
             raise JailFailure("the session is not live here")
-        if len(forks) + 1 > self._settings.max_sessions_per_worker:
+        tenant = tenant_of(session_id)
+        if len(forks) + 1 > share(self._settings.max_sessions_per_worker, self._weights, tenant):
             raise JailFailure(
-                "more forks than this worker holds sessions (max_sessions_per_worker)"
+                f"more forks than tenant {tenant!r} may hold live sessions on a worker "
+                "(its share of max_sessions_per_worker)"
             )
         self._live.move_to_end(session_id)
-        evicted = self._make_room(len(forks))
+        evicted = self._make_room(tenant, len(forks))
         if session_id in evicted:
             raise JailFailure("the session was evicted")
-        # Room in the pids limit for the copies (and the middle process of each double fork);
-        # the next cell sets its own limits again.
+        # Room in the pids limit for the copies, the middle process of the double fork and the
+        # helper that freezes the parent's files, nothing more; the memory limit stays the last
+        # cell's (the copies share its pages). The next cell sets its own limits again.
         family_size = 1 if live.family is None else len(live.family)
-        processes = self._settings.default_max_processes + family_size + len(forks)
-        live.cgroups.prepare_execution(self._settings.max_memory_mb, processes)
+        needed = family_size + len(forks) + 2
+        live.cgroups.set_max_processes(max(live.cgroups.max_processes, needed))
         members = live.jail.fork(live.member, len(forks))
         family = live.family if live.family is not None else {session_id}
         live.family = family

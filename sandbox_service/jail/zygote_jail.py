@@ -1,12 +1,13 @@
 """One nsjail running a zygote: start it, run executions through it, tear it down.
 
-This is the only module that starts nsjail. It speaks the zygote's protocol (see zygote.py),
+This is the only module that starts nsjail. It speaks the zygote's protocol (see jail/inside/),
 feeds the program's stdin, captures its capped output, and reads the slot's cgroup counters.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -24,8 +25,8 @@ from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionSpec
 from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.cgroups import CgroupUsage, SlotCgroups
-from sandbox_service.jail.policy import JailLayout, build_config
-from sandbox_service.jail.protocol import (
+from sandbox_service.jail.inside.protocol import (
+    ABORT,
     MAX_FETCH_PATHS,
     MIN_TIMEOUT_S,
     Control,
@@ -37,8 +38,10 @@ from sandbox_service.jail.protocol import (
     RunLimits,
     RunReply,
     RunRequest,
+    recv_frame,
+    send_frame,
 )
-from sandbox_service.jail.zygote import ABORT, recv_frame, send_frame
+from sandbox_service.jail.policy import JailLayout, build_config
 
 # The zygote needs a moment after the program's limit to kill the tree, wipe and answer.
 REPLY_GRACE_S = 5.0
@@ -57,6 +60,36 @@ class JailFailure(RuntimeError):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+ZYGOTE_MEMORY_SLACK_MIB = 64
+"""The zygote's memory limit is its resident size once preloaded, plus this, plus
+FRAME_COPIES times the bytes of files a run may bring in and take out. The zygote cgroup is
+charged for what the zygote and a standby (before it becomes the program) write after the
+move: copy-on-write copies of the zygote's own heap (bounded by its resident size), the
+bookkeeping of runs and session members, and a run's request and answer frames (the input
+files a standby decodes, the fetched files the zygote encodes). Measured with
+scripts/zygote_memory.py (docs/jail.md): peaks of 2-3 MiB after plain runs and forks, 97 MiB
+with an 8 MiB input and a 16 MiB file fetched."""
+FRAME_COPIES = 6
+"""Copies of a run's files the frames hold at once at most (bytes, base64, JSON text, the
+frame; about 4 measured), with room."""
+MAX_INPUT_FILES_BYTES = 32 << 20
+"""The largest input files a run may bring (the bound of settings.max_files_bytes)."""
+
+
+def _resident_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class LimitNotRestored(JailFailure):
+    """The run's memory limit could not be set: its cgroup holds more than the limit and the
+    kernel cannot reclaim it (EBUSY, cgroup v1). In a session that is the session's own doing
+    (its interpreters hold the memory), not the jail's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +211,12 @@ class ZygoteJail:
         self.immortal_objects = ready.immortal_objects
         self.zygote_pid = _zygote_pid(self._proc.pid)
         self.cgroups.add_process(self.zygote_pid)
+        files = MAX_INPUT_FILES_BYTES + self._fetch_budget.max_bytes
+        self.cgroups.limit_zygote_memory(
+            _resident_bytes(self.zygote_pid)
+            + ZYGOTE_MEMORY_SLACK_MIB * (1 << 20)
+            + FRAME_COPIES * files
+        )
         send_frame(ours, Control("serve").to_wire())
 
     def fork(self, member: int, n: int, timeout_s: float | None = None) -> list[int]:
@@ -220,7 +259,12 @@ class ZygoteJail:
                 f"fetch_files: {len(spec.fetch_files)} paths, the jail takes at most "
                 f"{MAX_FETCH_PATHS}"
             )
-        self.cgroups.prepare_execution(limits.memory_mb, limits.max_processes)
+        try:
+            self.cgroups.prepare_execution(limits.memory_mb, limits.max_processes)
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            raise LimitNotRestored(f"the memory limit could not be set: {exc}") from exc
         stdout = CappedBuffer(limits.max_output_bytes)
         stderr = CappedBuffer(limits.max_output_bytes)
         out_r, out_w = os.pipe()
@@ -244,6 +288,7 @@ class ZygoteJail:
             fetch_budget=self._fetch_budget,
             seed=spec.seed,
             member=member,
+            keep_processes=spec.keep_processes,
         )
         self.runs += 1
         try:

@@ -8,7 +8,7 @@ import sys
 import uuid
 
 from sandbox_service.execution import ExecutionSpec
-from sandbox_service.jail import JailExecutor
+from sandbox_service.jail import JailExecutor, compiled
 from sandbox_service.jobs import result_to_wire
 from sandbox_service.settings import Settings
 
@@ -23,9 +23,20 @@ def run_once(args: argparse.Namespace) -> int:
             code = f.read()
     limits = settings.limits(timeout_s=args.timeout, memory_mb=args.memory_mb)
     spec = ExecutionSpec(code=code, stdin=args.stdin, limits=limits, execution_id=uuid.uuid4().hex)
-    executor = JailExecutor(settings, slot=0, mode=args.mode)
+    # One program: a cold jail (no preload to pay for, no next jail to start ahead).
+    executor = JailExecutor(settings, slot=0, mode=args.mode or "cold", start_ahead=False)
     try:
-        result = executor.run(spec)
+        if args.language == "python":
+            result = executor.run(spec)
+        else:
+            result = compiled.run_program(
+                args.language,
+                spec,
+                executor.run,
+                compiled.default_cache(),
+                "default",
+                settings.compile_timeout_s,
+            )
     finally:
         executor.close()
     json.dump(result_to_wire(result, spec.execution_id), sys.stdout, indent=2)

@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import urllib.request
 
 from sandbox_service.local import procs
 from sandbox_service.local.redis_server import RedisServer, start_redis_server
@@ -43,12 +44,21 @@ def up(settings: Settings, host: str, port: int) -> int:
         ),
     )
     print(
-        f"rl-sandbox: API on http://{host}:{port} (docs: /docs), {settings.workers} workers;"
-        " Ctrl-C stops everything",
+        f"rl-sandbox: starting the API on http://{host}:{port} and {settings.workers} workers"
+        " (their jails preload the scientific stack: seconds; `ready` follows)",
         flush=True,
     )
     status = 0
+    ready_url = f"http://{_loopback(host)}:{port}/readyz"
+    announced = False
     while not stop.wait(0.2):
+        if not announced and _ready(ready_url):
+            announced = True
+            print(
+                f"rl-sandbox: ready on http://{host}:{port} (API reference: /docs; readiness:"
+                " /readyz); Ctrl-C stops everything",
+                flush=True,
+            )
         dead = {
             name: child.returncode for name, child in children.items() if child.poll() is not None
         }
@@ -63,3 +73,17 @@ def up(settings: Settings, host: str, port: int) -> int:
         redis_server.stop()
     log.info("rl-sandbox stopped")
     return status
+
+
+def _loopback(host: str) -> str:
+    """The address this host reaches the API at (a wildcard listen is reached on loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def _ready(url: str) -> bool:
+    """Whether /readyz answers 200 (the API is up and a worker is alive)."""
+    try:
+        with urllib.request.urlopen(url, timeout=0.5) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False

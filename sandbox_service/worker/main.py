@@ -41,7 +41,7 @@ from sandbox_service.settings import Settings, UnknownSettingError
 from sandbox_service.worker.tally import Tally
 
 if TYPE_CHECKING:
-    from sandbox_service.jail import JailExecutor
+    from sandbox_service.jail.zygotes import SlotExecutor
     from sandbox_service.worker.sessions import SessionRunner
 
 log = logging.getLogger(__name__)
@@ -79,14 +79,14 @@ class JobRunner:
     def __init__(
         self,
         settings: Settings,
-        make_executor: Callable[[], JailExecutor],
+        make_executor: Callable[[], SlotExecutor],
         sessions: SessionRunner | None = None,
         tally: Tally | None = None,
     ) -> None:
         self._limits = settings.limits()
-        self._compile_timeout_s = settings.cpp_compile_timeout_s
+        self._compile_timeout_s = settings.compile_timeout_s
         self._make_executor = make_executor
-        self._executor: JailExecutor | None = None
+        self._executor: SlotExecutor | None = None
         self._sessions = sessions
         self.tally = tally or Tally()
         self._executor_lock = threading.Lock()
@@ -191,13 +191,14 @@ class JobRunner:
             self.warm_up()
             executor = self._executor
             assert executor is not None
-            if job.language == "cpp":
-                from sandbox_service.jail import cpp
+            if job.language != "python":
+                from sandbox_service.jail import compiled
 
-                return cpp.run_cpp(
+                return compiled.run_program(
+                    job.language,
                     spec,
                     lambda step: executor.run(step, cancel),
-                    cpp.default_cache(),
+                    compiled.default_cache(),
                     job.tenant,
                     self._compile_timeout_s,
                 )
@@ -378,7 +379,7 @@ class CancelWatcher:
 
 def run(settings: Settings, slot: int) -> int:
     """Serve jobs with executor slot `slot` until SIGTERM; returns the exit status."""
-    from sandbox_service.jail import JailExecutor
+    from sandbox_service.jail.zygotes import slot_executor
     from sandbox_service.worker.sessions import SessionRunner
 
     if settings.redis_url is None:
@@ -389,7 +390,7 @@ def run(settings: Settings, slot: int) -> int:
     store = SessionStore.for_settings(beat_connection, settings)
     tally = Tally()
     sessions = SessionRunner(settings, slot, store, name, settings.session_spares, tally)
-    runner = JobRunner(settings, lambda: JailExecutor(settings, slot), sessions, tally)
+    runner = JobRunner(settings, lambda: slot_executor(settings, slot), sessions, tally)
     try:
         runner.warm_up()
     except Exception:

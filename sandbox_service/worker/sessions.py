@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 import redis
 
+from sandbox_service.broker.jobqueue import TENANTS_REFRESH_S
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, RecordedCell, Status
@@ -55,6 +57,7 @@ class SessionRunner:
         self._seen: dict[str, int] = {}
         """Session id -> recorded cells its live interpreter here has run."""
         self._lock = threading.Lock()
+        self._weights_read_at = -TENANTS_REFRESH_S
         self._stop = threading.Event()
         self._interval_s = max(0.2, min(settings.session_ttl_s / 4, 10.0))
         self._expiry = threading.Thread(target=self._expire_loop, name="sessions", daemon=True)
@@ -83,9 +86,17 @@ class SessionRunner:
                 message = f"session store unavailable: {exc}"
                 return ExecutionResult.failure(Status.SANDBOX_ERROR, message), False
 
+    def _refresh_weights(self) -> None:
+        """Share the pool by the tenants' published weights (re-read every few seconds)."""
+        now = time.monotonic()
+        if now - self._weights_read_at >= TENANTS_REFRESH_S:
+            self._weights_read_at = now
+            self._pool.set_weights(self._store.tenant_weights())
+
     def _run_cell(
         self, session_id: str, spec: ExecutionSpec, cancel: Cancel | None
     ) -> tuple[ExecutionResult, bool]:
+        self._refresh_weights()
         seen = self._seen.get(session_id, -1)
         if self._pool.is_live(session_id) != (seen >= 0):
             self._drop(session_id)
@@ -147,6 +158,7 @@ class SessionRunner:
                 return False
             live = seen >= 0 and state.n == seen and self._pool.is_live(session_id)
             if live:
+                self._refresh_weights()
                 try:
                     evicted = self._pool.fork(session_id, forks)
                 except JailFailure as exc:

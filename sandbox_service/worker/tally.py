@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sandbox_service.broker.worker_stats import WorkerStats
 
 if TYPE_CHECKING:
-    from sandbox_service.jail import JailExecutor
+    from sandbox_service.jail.zygotes import SlotExecutor
 
 MIB = 1024 * 1024
 
@@ -46,7 +46,7 @@ class Tally:
             with self._lock:
                 self._sessions_ended[reason] += count
 
-    def retire(self, executor: JailExecutor) -> None:
+    def retire(self, executor: SlotExecutor) -> None:
         """Keep the counts of an executor about to be closed."""
         counts = _executor_counts(executor)
         throttled_s = _throttled_s(executor)
@@ -54,7 +54,7 @@ class Tally:
             self._retired.update(counts)
             self._retired_throttled_s += throttled_s
 
-    def snapshot(self, executor: JailExecutor | None, live_sessions: int) -> WorkerStats:
+    def snapshot(self, executor: SlotExecutor | None, live_sessions: int) -> WorkerStats:
         """The stats to publish now (from any thread)."""
         counts = collections.Counter(_executor_counts(executor) if executor else {})
         throttled_s = _throttled_s(executor) if executor else 0.0
@@ -79,7 +79,7 @@ class Tally:
             )
 
 
-def _executor_counts(executor: JailExecutor) -> dict[str, int]:
+def _executor_counts(executor: SlotExecutor) -> dict[str, int]:
     return {
         "starts": executor.jail_starts,
         "failures": executor.jail_failures,
@@ -88,7 +88,7 @@ def _executor_counts(executor: JailExecutor) -> dict[str, int]:
     }
 
 
-def _throttled_s(executor: JailExecutor) -> float:
+def _throttled_s(executor: SlotExecutor) -> float:
     try:
         return executor.cpu_throttling().throttled_us / 1e6
     except OSError:  # its cgroups were removed meanwhile

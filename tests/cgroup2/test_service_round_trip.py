@@ -63,6 +63,10 @@ def test_up_serves_print_and_sympy(tmp_path: Path, hierarchy: str) -> None:
             ).json()
             assert (solved["status"], solved["stdout"]) == ("ok", "[-2, 2]\n"), solved
             seconds["sympy"] = time.monotonic() - started - sum(seconds.values())
+        # What a new user sees: the address at once, then `ready` once /readyz answers.
+        # `up` polls /readyz on its own every 0.2 s, so its line may come after the calls above.
+        said = _log_once_it_says(log, "rl-sandbox: ready on", READY_TIMEOUT_S)
+        assert "rl-sandbox: starting the API" in said and "rl-sandbox: ready on" in said, said
         slots = [p for p in (cgroup_dirs(hierarchy)[0]).iterdir() if p.is_dir()]
         assert slots, "no slot cgroup under the service's parent"
         if hierarchy == "v2":
@@ -87,3 +91,13 @@ def cgroup_dirs(hierarchy: str) -> list[Path]:
     if hierarchy == "v2":
         return [CGROUP_ROOT / PARENT]
     return [CGROUP_ROOT / c / PARENT for c in ("memory", "pids")]
+
+
+def _log_once_it_says(log: Path, line: str, timeout_s: float) -> str:
+    """The log's text once it holds `line`, or as it stands after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    said = log.read_text()
+    while line not in said and time.monotonic() < deadline:
+        time.sleep(0.1)
+        said = log.read_text()
+    return said

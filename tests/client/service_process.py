@@ -7,9 +7,13 @@ real deployment.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sandbox_service.local.private import PrivateService
+
+TEST_TAG_SUFFIX = f"-{os.environ['RLSB_TEST_TAG']}" if os.environ.get("RLSB_TEST_TAG") else ""
+"""tests/host_tag.py's suffix (this directory is not the `tests` package: see there)."""
 
 
 class Service(PrivateService):
@@ -23,7 +27,7 @@ class Service(PrivateService):
             {
                 "redis_url": redis_url,
                 "workers": "2",
-                "cgroup_parent": "rl-sandbox-client-tests",
+                "cgroup_parent": "rl-sandbox-client-tests" + TEST_TAG_SUFFIX,
                 "sandbox_uid_base": str(uid_base),
                 "log_level": "WARNING",
                 "shutdown_grace_s": "5",

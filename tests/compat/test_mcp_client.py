@@ -17,8 +17,6 @@ from sandbox_service.local.redis_server import RedisServer
 from tests.compat.client_env import MCP_REQUIREMENTS, client_python, run_driver
 from tests.service.stack import Stack, stack_env
 
-pytest.importorskip("mcp.server.mcpserver", reason="the mcp extra is not installed")
-
 API_KEY = "compat-mcp-key"
 
 

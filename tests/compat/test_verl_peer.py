@@ -106,3 +106,36 @@ async def test_cpp_answers_and_a_compile_error(http: httpx.AsyncClient) -> None:
     assert await check(http, echo, [("a", "a"), ("b", "c")], language="cpp") == [True, False]
     broken = "#include <iostream>\nint main() { std::cout << undefined_var; }"
     assert await check(http, broken, [("a", "a")], language="cpp") == [-4]
+
+
+JAVA_ECHO = """import java.util.*;
+public class Main {
+    public static void main(String[] args) {
+        Scanner in = new Scanner(System.in);
+        System.out.print(in.next());
+    }
+}
+"""
+
+
+async def test_java_answers_a_compile_error_a_runtime_error_and_a_timeout(
+    http: httpx.AsyncClient,
+) -> None:
+    # A CodeContests-style Java sample: SandboxFusion's `java` (Main.java, javac, java -ea).
+    assert await check(http, JAVA_ECHO, [("a", "a"), ("b", "c")], language="java") == [True, False]
+    broken = "public class Main { public static void main(String[] a) { int x = ; } }"
+    assert await check(http, broken, [("a", "a")], language="java") == [-4]
+    throws = "public class Main { public static void main(String[] a) { assert 1 == 2; } }"
+    assert await check(http, throws, [("a", "a")], language="java") == [-2]
+    loops = "public class Main { public static void main(String[] a) { while (true) {} } }"
+    assert await check(http, loops, [("a", "a")], run_timeout=2, language="java") == [-3]
+
+
+async def test_javascript_answers_a_runtime_error_and_a_timeout(http: httpx.AsyncClient) -> None:
+    # A MultiPL-E-style JavaScript sample: SandboxFusion's `nodejs`.
+    echo = "process.stdout.write(require('fs').readFileSync(0, 'utf8').trim())"
+    cases = [("a", "a"), ("b", "c")]
+    assert await check(http, echo, cases, language="nodejs") == [True, False]
+    assert await check(http, "throw new Error('x')", [("a", "a")], language="nodejs") == [-2]
+    loops = "while (true) {}"
+    assert await check(http, loops, [("a", "a")], run_timeout=2, language="nodejs") == [-3]

@@ -67,6 +67,8 @@ def test_they_use_the_workers_metrics() -> None:
         ("rate(rl_sandbox_run_seconds_count[$__rate_interval])", "does not export"),
         ('rl_sandbox_worker_sessions{worker=~"$host"}', "does not define"),
         ("vector(1)", "selects no metric"),
+        ("sum by (tenant) (rate(rl_sandbox_executions_total[5m]))", "`tenant` label"),
+        ("rate(rl_sandbox_tenant_executions_total[5m])", "does not export"),
     ],
 )
 def test_a_broken_panel_query_is_caught(copy: Path, expr: str, problem: str) -> None:

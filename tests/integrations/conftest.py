@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from trainer_env import client_only_path, trainer_python
 
 from sandbox_service.local.private import PrivateService
 from sandbox_service.local.redis_server import start_redis_server
+
+TEST_TAG_SUFFIX = f"-{os.environ['RLSB_TEST_TAG']}" if os.environ.get("RLSB_TEST_TAG") else ""
+"""tests/host_tag.py's suffix (this directory is not the `tests` package: see there)."""
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +25,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateService
         {
             "redis_url": redis.url,
             "workers": "2",
-            "cgroup_parent": "rl-sandbox-integration-tests",
+            "cgroup_parent": "rl-sandbox-integration-tests" + TEST_TAG_SUFFIX,
             "sandbox_uid_base": "63700",
             "log_level": "WARNING",
             "shutdown_grace_s": "5",

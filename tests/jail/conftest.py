@@ -9,23 +9,27 @@ import pytest
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, Limits
 from sandbox_service.jail import JailExecutor
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 
 RunFn = Callable[..., ExecutionResult]
 
 TEST_LIMITS = Limits(timeout_s=5.0, memory_mb=512, max_processes=32, max_output_bytes=4096)
 
 
-@pytest.fixture(scope="module", params=["warm", "cold"])
+@pytest.fixture(scope="module", params=["warm", "lean", "cold"])
 def executor(request: pytest.FixtureRequest) -> Iterator[JailExecutor]:
-    settings = Settings(cgroup_parent="rl-sandbox-test", max_open_files=64)
-    ex = JailExecutor(settings, slot=7, mode=request.param)
+    """warm: the math zygote; lean: a slot's lean zygote (jail/zygotes.py), which runs every
+    program that imports only the standard library; cold: a jail per run."""
+    settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, max_open_files=64)
+    lean = request.param == "lean"
+    ex = JailExecutor(settings, slot=7, mode="warm" if lean else request.param, lean=lean)
     yield ex
     ex.close()
 
 
 @pytest.fixture(scope="module")
 def warm_executor() -> Iterator[JailExecutor]:
-    ex = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=8, mode="warm")
+    ex = JailExecutor(Settings(cgroup_parent=JAIL_CGROUP_PARENT), slot=8, mode="warm")
     yield ex
     ex.close()
 

@@ -10,7 +10,8 @@ import pytest
 
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
 from sandbox_service.jail import JailExecutor
-from sandbox_service.jail.cpp import BINARY_NAME, BinaryCache, run_cpp
+from sandbox_service.jail.compiled import BinaryCache, run_program
+from sandbox_service.jail.languages import ARTIFACT_NAME as BINARY_NAME
 from tests.jail.conftest import TEST_LIMITS
 
 REVERSE = """#include <bits/stdc++.h>
@@ -30,7 +31,7 @@ def run(
 ) -> ExecutionResult:
     spec = ExecutionSpec(code=source, stdin=stdin, limits=replace(TEST_LIMITS, **limits))  # type: ignore[arg-type]
     failures = executor.jail_failures
-    result = run_cpp(spec, executor.run, cache, tenant, compile_timeout_s)
+    result = run_program("cpp", spec, executor.run, cache, tenant, compile_timeout_s)
     assert executor.jail_failures == failures, f"the jail failed under this program: {result}"
     return result
 
@@ -119,7 +120,7 @@ int main() {
   inet_pton(AF_INET, "8.8.8.8", &a.sin_addr);
   printf("connect %d\n", connect(s, (sockaddr*)&a, sizeof a));
   printf("udp %d\n", socket(AF_INET, SOCK_DGRAM, 0) >= 0);
-  const char* outside[] = {"/etc/passwd", "/usr/bin/evil", "/opt/rl-sandbox/zygote.py"};
+  const char* outside[] = {"/etc/passwd", "/usr/bin/evil", "/opt/rl-sandbox/inside/pid1.py"};
   for (const char* path : outside)
     printf("%s %d\n", path, open(path, O_WRONLY | O_CREAT, 0644) >= 0);
   printf("home %d\n", open("/home/sandbox/mine.txt", O_WRONLY | O_CREAT, 0644) >= 0);
@@ -132,7 +133,7 @@ int main() {
         "udp 0",
         "/etc/passwd 0",
         "/usr/bin/evil 0",
-        "/opt/rl-sandbox/zygote.py 0",
+        "/opt/rl-sandbox/inside/pid1.py 0",
         "home 1",
     ]
 
@@ -157,9 +158,14 @@ def test_the_cache_serves_a_tenant_its_own_binaries_only(
 def test_a_poisoned_cache_entry_of_another_tenant_is_never_run(
     executor: JailExecutor, cache: BinaryCache
 ) -> None:
-    from sandbox_service.jail.cpp import cache_key
+    from sandbox_service.jail.compiled import cache_key
+    from sandbox_service.jail.languages import toolchain
 
-    cache.put("mallory", cache_key(REVERSE), b"#!/bin/sh\necho pwned\n")
+    cache.put(
+        "mallory",
+        cache_key(toolchain("cpp", ExecutionSpec(code=REVERSE)), REVERSE),
+        b"#!/bin/sh\necho pwned\n",
+    )
     result = run(executor, cache, REVERSE, stdin="xy", tenant="alice")
     assert result.stdout == "yx\n"
     assert BINARY_NAME not in result.files
@@ -199,7 +205,7 @@ def test_a_header_among_the_files_is_compiled_in_and_keys_the_cache(
     def with_header(value: int) -> ExecutionResult:
         header = {"answer.h": f"#define ANSWER {value}\n".encode()}
         spec = ExecutionSpec(code=source, files=header, limits=TEST_LIMITS)
-        return run_cpp(spec, executor.run, cache, "t1", 30.0)
+        return run_program("cpp", spec, executor.run, cache, "t1", 30.0)
 
     assert with_header(42).stdout == "42\n"
     changed = with_header(7)

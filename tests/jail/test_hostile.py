@@ -13,8 +13,9 @@ import pytest
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, Status
 from sandbox_service.jail import JailExecutor
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 from tests.huge_pages import needs_thp
-from tests.jail.conftest import RunFn
+from tests.jail.conftest import TEST_LIMITS, RunFn
 
 
 def code(text: str) -> str:
@@ -385,7 +386,7 @@ def test_killing_the_zygote_and_everyone(run: RunFn) -> None:
 def test_the_preloaded_heap_is_immortal_and_the_programs_objects_are_not(
     warm_executor: JailExecutor,
 ) -> None:
-    # Immortal preloaded objects spare the children copy-on-write faults (zygote.py).
+    # Immortal preloaded objects spare the children copy-on-write faults (inside/heap.py).
     result = warm_executor.run(
         ExecutionSpec(
             code=textwrap.dedent("""\
@@ -784,7 +785,7 @@ def _status_summary(result: ExecutionResult) -> tuple[str, int | None, int | Non
 
 
 def test_warm_zygote_is_recycled_without_a_gap() -> None:
-    settings = Settings(cgroup_parent="rl-sandbox-test", zygote_max_runs=3)
+    settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, zygote_max_runs=3)
     executor = JailExecutor(settings, slot=10, mode="warm")
     try:
         zygotes: list[int | None] = []
@@ -1067,3 +1068,54 @@ def test_cpu_limit_holds_32_spinners_to_the_slots_share(run: RunFn, executor: Ja
     assert spent_s <= wall_s + 0.15, f"the spinners took more than one core: {result.stdout}"
     if spent_s >= 0.9 * wall_s:  # they reached the quota (the host was not saturated by others)
         assert after.throttled_periods > before.throttled_periods, "the slot was never throttled"
+
+
+LEAVE_LOOPBACK_STATE = """
+import socket
+server = socket.create_server(('127.0.0.1', 47123))
+client = socket.create_connection(('127.0.0.1', 47123))
+accepted, _ = server.accept()
+client.sendall(b'x' * 5000)
+accepted.recv(10000)
+accepted.close()  # this side closes first: its port waits in TIME_WAIT for a minute
+client.close()
+server.close()
+"""
+SEE_LOOPBACK_STATE = """
+import socket
+sockets = [line for name in ('tcp', 'tcp6', 'udp', 'udp6')
+           for line in open(f'/proc/self/net/{name}').read().splitlines()[1:]]
+lo = [line.split(':')[1].split() for line in open('/proc/self/net/dev')
+      if line.strip().startswith('lo:')]
+try:
+    socket.create_server(('127.0.0.1', 47123)).close()
+    bound = 'bound'
+except OSError as exc:
+    bound = exc.strerror
+print(len(sockets), int(lo[0][1]) + int(lo[0][9]), bound)
+"""
+
+
+def test_a_run_sees_nothing_of_an_earlier_runs_loopback(run: RunFn) -> None:
+    # Issue 35 (round 3, warm mode): the next run, possibly another tenant's, saw the earlier
+    # run's sockets, found its port taken for a minute and read its byte counts.
+    assert run(LEAVE_LOOPBACK_STATE).status is Status.OK
+    assert run(SEE_LOOPBACK_STATE).stdout == "0 0 bound\n"
+    assert run(LEAVE_LOOPBACK_STATE).status is Status.OK  # the fresh loopback serves
+    # A run that never touches the network keeps the namespace: nothing to renew.
+    assert run("print(1)").stdout == "1\n"
+    assert run(SEE_LOOPBACK_STATE).stdout == "0 0 bound\n"
+
+
+def test_the_zygote_cgroup_has_a_hard_memory_limit_above_what_it_holds(
+    warm_executor: JailExecutor,
+) -> None:
+    """The machinery's own memory is bounded (docs/security.md, the resource ledger): whatever a
+    program makes the zygote hold ends that jail, never the host."""
+    assert warm_executor.run(ExecutionSpec(code="print(1)", limits=TEST_LIMITS)).stdout == "1\n"
+    held = [c for c in warm_executor._cgroups if c.zygote_memory_bytes() > 0]
+    assert held, "no slot cgroup holds the zygote"
+    for cgroups in held:
+        limit = cgroups.zygote_memory_limit_bytes()
+        assert limit is not None, "the zygote cgroup has no memory limit"
+        assert cgroups.zygote_memory_bytes() < limit < 2 << 30

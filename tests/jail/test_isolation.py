@@ -18,9 +18,10 @@ import pytest
 
 from sandbox_service.execution import ExecutionSpec, RecordedCell, Status
 from sandbox_service.jail import JailExecutor
+from sandbox_service.jail.inside.outputs import OUTPUTS_FILE
 from sandbox_service.jail.sessions import SessionPool
-from sandbox_service.jail.zygote import OUTPUTS_FILE
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 from tests.jail.conftest import RunFn
 
 PNG_1X1 = (
@@ -162,7 +163,7 @@ def test_nothing_set_on_the_scratch_roots_reaches_the_next_run(run: RunFn) -> No
 def test_the_first_runs_scratch_files_are_freed_with_its_mount() -> None:
     # Nothing may keep a detached scratch tmpfs alive (the zygote's own working directory was
     # the first run's /home/sandbox): its files would stay charged, and the jail be replaced.
-    executor = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=11, mode="warm")
+    executor = JailExecutor(Settings(cgroup_parent=JAIL_CGROUP_PARENT), slot=11, mode="warm")
     try:
         fill = "for name in 'ab': open(name, 'wb').write(b'x' * (48 << 20))"
         assert executor.run(ExecutionSpec(code=fill)).status == Status.OK
@@ -185,19 +186,23 @@ def test_an_oom_kill_is_the_runs_memory_limit_and_never_the_zygotes(
 ) -> None:
     zygote = executor.zygote_pid()
     # The issue's attack: the program lowers its own OOM score, then an exec'd process fills
-    # /tmp (tmpfs pages charged to the run, held by no process's resident memory).
+    # /tmp (tmpfs pages charged to the run, held by no process's resident memory). Files of
+    # 16 MiB each: one file filled to the 64 MiB file-size bound would end on EFBIG instead,
+    # before the memory limit, whenever the interpreter's own pages leave room for it.
     result = run(
         code("""
         import os, sys
         open('/proc/self/oom_score_adj', 'w').write('0')
-        fill = ("f = open('/tmp/fill', 'wb')\\n"
-                "while True: f.write(b'x' * (1 << 20))\\n")
+        fill = ("import itertools\\n"
+                "for i in itertools.count():\\n"
+                "    with open(f'/tmp/fill{i}', 'wb') as f:\\n"
+                "        for _ in range(16): f.write(b'x' * (1 << 20))\\n")
         os.execv(sys.executable, [sys.executable, '-c', fill])
         """),
         memory_mb=64,
         timeout_s=20.0,
     )
-    assert result.status == Status.MEMORY_LIMIT, result
+    assert result.status == Status.MEMORY_LIMIT, (result, result.stderr)
     if executor.mode == "warm":
         assert executor.zygote_pid() == zygote, "the jail was replaced"
 
@@ -265,7 +270,7 @@ def test_a_timeout_below_a_millisecond_is_a_timeout_not_a_refusal(run: RunFn) ->
 
 
 def test_a_replay_broken_by_the_sessions_own_cell_is_its_error() -> None:
-    settings = Settings(cgroup_parent="rl-sandbox-test", max_sessions_per_worker=2)
+    settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, max_sessions_per_worker=2)
     pool = SessionPool(settings, slot=10, spares=0)
     try:
         deadline = time.time() + 1.0

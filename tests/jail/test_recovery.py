@@ -13,13 +13,14 @@ import pytest
 from sandbox_service.execution import ExecutionSpec, Status
 from sandbox_service.jail import JailExecutor
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 
 SLOW_PRINT = ExecutionSpec(code="import time\ntime.sleep(1.5)\nprint('done')")
 
 
 @pytest.fixture
 def executor() -> Iterator[JailExecutor]:
-    ex = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=11, mode="warm")
+    ex = JailExecutor(Settings(cgroup_parent=JAIL_CGROUP_PARENT), slot=11, mode="warm")
     yield ex
     ex.close()
 
@@ -73,7 +74,7 @@ def test_jails_start_while_another_thread_rewrites_the_environment() -> None:
     # the vfork of nsjail, so the main thread runs meanwhile; pytest itself sets an environment
     # variable at every test phase. With the process's global environ, execve then read a
     # rewritten array and failed with EFAULT ("jail did not start: [Errno 14] Bad address").
-    ex = JailExecutor(Settings(cgroup_parent="rl-sandbox-test"), slot=12, mode="cold")
+    ex = JailExecutor(Settings(cgroup_parent=JAIL_CGROUP_PARENT), slot=12, mode="cold")
     stop = threading.Event()
     names = [f"RL_SANDBOX_TEST_CHURN_{i}" for i in range(40)]
 

@@ -15,10 +15,11 @@ import pytest
 
 from sandbox_service.execution import ExecutionSpec, Limits, Status
 from sandbox_service.jail import JailExecutor
+from sandbox_service.jail.inside.outputs import OUTPUTS_FILE
 from sandbox_service.jail.policy import MATPLOTLIB_CACHE_IN_JAIL
 from sandbox_service.jail.sessions import SessionPool
-from sandbox_service.jail.zygote import OUTPUTS_FILE
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 from tests.jail.conftest import RunFn
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -51,7 +52,7 @@ def test_an_open_figure_comes_back_as_a_png_of_its_size(run: RunFn) -> None:
 
 @pytest.fixture(scope="module")
 def full_preload() -> Iterator[JailExecutor]:
-    settings = Settings(cgroup_parent="rl-sandbox-test", preload="full")
+    settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, preload="full")
     ex = JailExecutor(settings, slot=14, mode="warm")
     yield ex
     ex.close()
@@ -123,7 +124,7 @@ def test_a_traceback_shows_only_the_programs_own_frames(run: RunFn) -> None:
 @pytest.mark.parametrize(
     "forgery",
     [
-        "open(PATH, 'w').write(json.dumps({'display': [{'text/html': '<b>'}], 'error': None}))",
+        "open(PATH, 'w').write(json.dumps({'display': [{'text/javascript': 'x'}], 'error': None}))",
         "open(PATH, 'w').write(json.dumps({'display': [{'image/png': 1}]}))",
         "open(PATH, 'w').write('{' * 100000)",
         "open(PATH, 'w').write('x' * (9 << 20))",
@@ -206,7 +207,7 @@ def test_scipy_and_matplotlib_are_importable(run: RunFn) -> None:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[SessionPool]:
-    p = SessionPool(Settings(cgroup_parent="rl-sandbox-test", session_ttl_s=60), slot=11, spares=0)
+    p = SessionPool(Settings(cgroup_parent=JAIL_CGROUP_PARENT, session_ttl_s=60), slot=11, spares=0)
     yield p
     p.close()
 

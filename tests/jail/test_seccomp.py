@@ -13,6 +13,7 @@ import pytest
 from sandbox_service.execution import ExecutionSpec, Limits, Status
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 from tests.jail.conftest import RunFn
 
 LIMITS = dict(timeout_s=60.0, memory_mb=1024, max_processes=64, max_output_bytes=65536)
@@ -126,7 +127,7 @@ def test_calls_outside_the_allow_list_fail_with_an_errno(run: RunFn) -> None:
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[SessionPool]:
-    settings = Settings(cgroup_parent="rl-sandbox-test", max_sessions_per_worker=2)
+    settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, max_sessions_per_worker=2)
     p = SessionPool(settings, slot=13, spares=0)
     yield p
     p.close()

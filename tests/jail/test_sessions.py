@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from sandbox_service.execution import ExecutionSpec, Limits, RecordedCell, Status
 from sandbox_service.jail.sessions import SessionPool
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 
 LIMITS = Limits(timeout_s=5.0, memory_mb=512, max_processes=32, max_output_bytes=4096)
 
@@ -16,7 +18,7 @@ LIMITS = Limits(timeout_s=5.0, memory_mb=512, max_processes=32, max_output_bytes
 @pytest.fixture(scope="module")
 def pool() -> Iterator[SessionPool]:
     settings = Settings(
-        cgroup_parent="rl-sandbox-test", max_sessions_per_worker=3, session_ttl_s=60
+        cgroup_parent=JAIL_CGROUP_PARENT, max_sessions_per_worker=3, session_ttl_s=60
     )
     p = SessionPool(settings, slot=9, spares=1)
     yield p
@@ -255,6 +257,30 @@ def test_background_processes_end_with_their_cell(pool: SessionPool) -> None:
         ),
     )
     assert checked.result.stdout == "True\n", f"a background spinner survived its cell: {checked}"
+
+
+def test_processes_a_keeping_cell_leaves_run_on_until_a_cell_that_does_not_keep(
+    pool: SessionPool,
+) -> None:
+    """E2B's sandboxes: a cell with keep_processes leaves its processes running (charged to the
+    session's cgroups, ended with its jail); the next cell without it kills them as usual."""
+    alive = (
+        "import os\nprint(os.waitpid(pid, os.WNOHANG)[0] == 0 and "
+        "open(f'/proc/{pid}/stat').read().split(') ')[1][0] != 'Z')"
+    )
+    started = pool.run_cell(
+        "s-keep",
+        replace(
+            cell("import subprocess\npid = subprocess.Popen(['sleep', '60']).pid"),
+            keep_processes=True,
+        ),
+    )
+    assert started.result.status == Status.OK, started.result
+    kept = pool.run_cell("s-keep", replace(cell(alive), keep_processes=True))
+    assert kept.result.stdout == "True\n", f"the kept process is gone: {kept.result}"
+    pool.run_cell("s-keep", cell("pass"))  # a cell that does not keep
+    ended = pool.run_cell("s-keep", cell(alive))
+    assert ended.result.stdout == "False\n", f"the process outlived a plain cell: {ended.result}"
 
 
 def test_session_jail_has_a_cpu_limit_and_its_cpu_time_is_the_kernels(pool: SessionPool) -> None:

@@ -11,6 +11,7 @@ import pytest
 from sandbox_service.execution import ExecutionSpec, Status
 from sandbox_service.jail import JailExecutor
 from sandbox_service.settings import Settings
+from tests.host_tag import JAIL_CGROUP_PARENT
 
 SYMPY_CHECK = ExecutionSpec(
     code=(
@@ -25,7 +26,7 @@ IDLE_S = 3.0  # far longer than a warm-up (tens of milliseconds)
 
 @pytest.fixture(scope="module", params=["always", "never"])
 def executor(request: pytest.FixtureRequest) -> Iterator[JailExecutor]:
-    settings = Settings(cgroup_parent="rl-sandbox-test", idle_warm_up=request.param)
+    settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, idle_warm_up=request.param)
     ex = JailExecutor(settings, slot=12, mode="warm")
     yield ex
     ex.close()

@@ -7,7 +7,14 @@ vLLM cannot be installed here; this double keeps the semantics the trainer depen
   as vLLM decodes (tuples arrive as lists, bytes as bytes);
 - sleep(level) puts both tags ("weights", "kv_cache") to sleep; wake_up(tags) wakes those given
   (all without tags); generate is refused unless both are awake, a weight load unless the
-  weights are;
+  weights are; with vLLM's executor rule (vllm/v1/executor/abstract.py, 0.11.0 and later): a
+  sleep while any tag still sleeps does nothing (the weights stay where they are), and so does a
+  wake_up naming a tag that is awake;
+- started with sleep_mode=False (vLLM's enable_sleep_mode=False, the separate placement), sleep
+  and wake_up raise; the weights then come by broadcast: the real WeightReceiver methods
+  (rl_init_weight_group, rl_receive_bucket) join a gloo group with the trainer's process;
+- `resident()` says whether the weights hold GPU memory (awake), as a test's stand-in for
+  vLLM's memory report;
 - the worker is VLLMWorkerExtension itself (rl.engines.vllm_cuda): the real rl_load_bucket
   opens the trainer's buffer with torch's CPU IPC (shared memory) where a GPU uses CUDA IPC; only
   vLLM's own post-load step is replaced by a count;
@@ -75,7 +82,7 @@ class _RecordingModel:
 class FakeWorker(VLLMWorkerExtension):
     """The worker side: VLLMWorkerExtension over a transformers model on the CPU."""
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, model_path: str, sleep_mode: bool = True) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from rl.run.build import load_tokenizer
@@ -87,6 +94,8 @@ class FakeWorker(VLLMWorkerExtension):
         self.tokenizer = load_tokenizer(model_path, AutoTokenizer)
         self.model_runner = SimpleNamespace(model=_RecordingModel(lm))
         self.awake = dict.fromkeys(TAGS, True)
+        self.sleeping = False  # vLLM's Executor.is_sleeping: true until every tag is awake
+        self.sleep_mode = sleep_mode  # enable_sleep_mode: without it vLLM cannot free memory
         self.after_load = 0
 
     def _process_weights_after_loading(self) -> None:
@@ -94,13 +103,23 @@ class FakeWorker(VLLMWorkerExtension):
         self.model_runner.model.finish()
 
     def call(self, op: str, payload: Any) -> Any:
+        if op in ("sleep", "wake_up") and not self.sleep_mode:
+            raise RuntimeError("sleep mode is not enabled (enable_sleep_mode=False)")
         if op == "sleep":
+            if self.sleeping:  # vLLM: "Executor is already sleeping.", nothing freed
+                return None
             self.awake = dict.fromkeys(TAGS, False)
+            self.sleeping = True
             return None
         if op == "wake_up":
+            if not self.sleeping or any(self.awake[tag] for tag in payload or ()):
+                return None  # vLLM: "Executor is not sleeping." / "Tag ... is not in sleeping tags"
             for tag in payload or TAGS:
                 self.awake[tag] = True
+            self.sleeping = not all(self.awake.values())
             return None
+        if op == "resident":
+            return self.awake["weights"]
         if op == "reset_prefix_cache":
             return True
         if op == "rpc":
@@ -137,8 +156,8 @@ class FakeWorker(VLLMWorkerExtension):
         return [out.token_ids, out.logprobs, out.finish_reason, stop, out.text]
 
 
-def _serve(conn: Any, model_path: str) -> None:
-    worker = FakeWorker(model_path)
+def _serve(conn: Any, model_path: str, sleep_mode: bool) -> None:
+    worker = FakeWorker(model_path, sleep_mode)
     conn.send_bytes(vllm_encode(["ready", None]))
     while True:
         op, payload = vllm_decode(conn.recv_bytes())
@@ -158,10 +177,12 @@ class EngineDeadError(RuntimeError):
 class FakeAsyncLLM:
     """The calls VLLMEngine makes of vllm's AsyncLLM, each crossing the boundary to the worker."""
 
-    def __init__(self, model_path: str) -> None:
+    def __init__(self, model_path: str, *, sleep_mode: bool = True) -> None:
         context = multiprocessing.get_context("spawn")  # vLLM's engine core is spawned too
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, model_path), daemon=True)
+        self._process = context.Process(
+            target=_serve, args=(child, model_path, sleep_mode), daemon=True
+        )
         self._process.start()
         child.close()
         self._lock = threading.Lock()
@@ -218,6 +239,10 @@ class FakeAsyncLLM:
             token_ids=tokens, logprobs=steps, finish_reason=finish, stop_reason=stop, text=text
         )
         yield SimpleNamespace(outputs=[completion])
+
+    async def resident(self) -> bool:
+        """Whether the engine's weights hold memory (awake)."""
+        return bool(await self._call("resident", None))
 
     async def loads(self) -> tuple[list[dict[str, list[Any]]], dict[str, bytes], int]:
         syncs, values, after_load = await self._call("loads", None)

@@ -4,8 +4,9 @@ one process when started without torchrun: the same rows, the same loss, the res
 Modes: `grads` (one backward over the ranks: the loss and every gradient), `update` (the
 trainer's update path: the policy built as the trainer builds it, one SFT step, then a GRPO
 policy_update of two mini-batches in token-budget micro-batches with AdamW: the metrics and
-every parameter after it; then the vLLM weight push's buckets: what they carry, and how many
-gathered tensors were alive at each; and the device of every tensor handed to a collective).
+every parameter after it; then the vLLM weight push's buckets: what they carry, the collectives
+each took (their dtype) and the earlier buckets alive then; and the device of every tensor
+handed to a collective).
 """
 
 from __future__ import annotations
@@ -156,34 +157,65 @@ def update(out: str) -> None:
 
 
 def pushed_buckets(policy: torch.nn.Module) -> dict[str, object]:
-    """The weight push's buckets (rl.engines.vllm_cuda.bucketed) decoded by their layouts, and
-    the gathered tensors alive when each bucket is handed over."""
-    alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
-    gathered = 0
-
-    def counting(tensor: torch.Tensor) -> torch.Tensor:
-        nonlocal gathered
-        whole = full_tensor(tensor)
-        if whole is not tensor:
-            alive.add(whole)
-        gathered += 1
-        return whole
-
-    pushed, alive_at_yield, gathered_at_yield, slots = {}, [], [], []
-    for bucket, buffer in bucketed(policy.named_parameters(), 4 << 10, gather=counting):
-        alive_at_yield.append(len(alive))
-        gathered_at_yield.append(gathered)
+    """The weight push's buckets (rl.engines.vllm_cuda.bucketed) decoded by their layouts, the
+    all_gathers each bucket took, and how many earlier buckets were alive at each all_gather."""
+    earlier: list[weakref.ref[torch.Tensor]] = []
+    GATHERED.clear()
+    ALIVE_AT_GATHER.clear()
+    ALIVE_AT_GATHER.append(lambda: sum(ref() is not None for ref in earlier))
+    pushed, gathers, slots = {}, [], []
+    before = 0
+    for bucket, buffer in bucketed(policy.named_parameters(), 4 << 10, dtype=torch.bfloat16):
+        gathers.append(len(GATHERED) - before)
+        before = len(GATHERED)
         slots.append(len(bucket.slots))
         for slot in bucket.slots:
             view = buffer[slot.offset : slot.offset + slot.numel].view(slot.shape)
             pushed[slot.name] = view.clone().cpu()
-        del buffer
+        earlier.append(weakref.ref(buffer))
+        del buffer, view
     return {
         "pushed": pushed,
-        "alive_at_yield": alive_at_yield,
-        "gathered_at_yield": gathered_at_yield,
+        "gathers_per_bucket": gathers,
+        "gathered": list(GATHERED),
         "bucket_slots": slots,
     }
+
+
+def uneven(out: str) -> None:
+    """rl.parallel.distributed.gather_flat over 3 ranks, of dim-0 shards that torch.chunk splits
+    unevenly (a rank with an empty shard included) beside a plain tensor: the whole tensors,
+    cast to bf16, end to end, by one all_gather."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from rl.parallel.distributed import gather_flat
+
+    topology = init_from_env()
+    mesh = init_device_mesh("cpu", (topology.world_size,))
+    g = torch.Generator().manual_seed(11)
+    shapes = [(5, 4), (1, 3), (7,), (2, 2, 2), (4, 3)]
+    whole = [torch.randn(shape, generator=g) for shape in shapes]
+    tensors = [distribute_tensor(t, mesh, [Shard(0)]) for t in whole[:-1]] + [whole[-1]]
+    GATHERED.clear()
+    flat = gather_flat(tensors, torch.bfloat16)
+    expected = torch.cat([t.reshape(-1) for t in whole]).bfloat16()
+    if topology.is_main:
+        torch.save(
+            {
+                "equal": torch.equal(flat, expected),
+                "dtype": str(flat.dtype),
+                "gathers": list(GATHERED),
+                "locals": [t.to_local().shape[0] for t in tensors[:-1]],
+                "world": topology.world_size,
+            },
+            out,
+        )
+
+
+GATHERED: list[tuple[str, int]] = []
+"""(dtype, earlier push buckets alive) of each all_gather call (the push's collective)."""
+ALIVE_AT_GATHER: list[object] = []
 
 
 SEEN: set[str] = set()
@@ -191,13 +223,24 @@ SEEN: set[str] = set()
 
 
 def _wrap_collectives() -> None:
-    for name in ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"):
+    for name in (
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+    ):
         real = getattr(dist, name)
 
-        def wrapped(*args: object, _real: object = real, **kwargs: object) -> object:
+        def wrapped(
+            *args: object, _real: object = real, _name: str = name, **kwargs: object
+        ) -> object:
             for value in [*args[:2], *kwargs.values()]:
                 if isinstance(value, torch.Tensor):
                     SEEN.add(str(value.device))
+            if _name == "all_gather" and isinstance(args[1], torch.Tensor):
+                alive = ALIVE_AT_GATHER[0]() if ALIVE_AT_GATHER else 0  # type: ignore[operator]
+                GATHERED.append((str(args[1].dtype), int(alive)))
             return _real(*args, **kwargs)  # type: ignore[operator]
 
         setattr(dist, name, wrapped)
@@ -208,6 +251,8 @@ if __name__ == "__main__":
     mode, path = sys.argv[1], sys.argv[2]
     if mode == "grads":
         grads(path, sharded="--fsdp" in sys.argv)
+    elif mode == "uneven":
+        uneven(path)
     else:
         update(path)
     if dist.is_initialized():

@@ -4,7 +4,6 @@ process on the same batch."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import subprocess
@@ -108,6 +107,19 @@ def test_two_gloo_ranks_give_the_loss_and_gradients_of_one_process(tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_bucket_of_uneven_shards_is_cast_then_gathered_whole_by_one_all_gather(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "uneven.pt"
+    _run([*TORCHRUN, "3", str(WORKER), "uneven", str(out)], tmp_path)
+    result = torch.load(out)
+    assert result["world"] == 3 and result["locals"][:2] == [2, 1]  # torch.chunk's split
+    assert result["equal"] and result["dtype"] == "torch.bfloat16"
+    assert [dtype for dtype, _ in result["gathers"]] == ["torch.bfloat16"]  # one, cast first
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(540)
 def test_the_trainers_sft_and_grpo_update_on_two_gloo_ranks_equal_one_process(
     tmp_path: Path,
@@ -153,10 +165,12 @@ def test_the_trainers_sft_and_grpo_update_on_two_gloo_ranks_equal_one_process(
             assert torch.equal(value, params[name].bfloat16()), name
     for name, value in single["pushed"].items():
         assert torch.allclose(sharded["pushed"][name].float(), value.float(), atol=1e-2), name
-    slots = sharded["bucket_slots"]
-    assert len(slots) > 2
-    assert sharded["gathered_at_yield"] == list(itertools.accumulate(slots))  # streamed
-    assert max(sharded["alive_at_yield"]) <= 1  # the last gathered tensor, if any, at a yield
+    assert len(sharded["bucket_slots"]) > 2
+    # One all_gather per bucket, of bf16 shards (cast before the gather, not after), and no
+    # earlier bucket alive while the next one is gathered: one bucket at a time.
+    assert sharded["gathers_per_bucket"] == [1] * len(sharded["bucket_slots"])
+    assert {dtype for dtype, _ in sharded["gathered"]} == {"torch.bfloat16"}
+    assert [alive for _, alive in sharded["gathered"]] == [0] * len(sharded["bucket_slots"])
     # Every tensor the 2-rank run handed to a collective was on the group's device.
     assert sharded["collective_devices"] == [sharded["group_device"]] == ["cpu"]
 

@@ -4,6 +4,7 @@ while the other rollouts still run (a real `rl-sandbox up`: Redis, workers, nsja
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -11,7 +12,7 @@ from rl_tiny import TEMPLATE, tiny_policy
 
 from rl.data.tasks import Problem
 from rl.engines.base import Generation, SamplingParams
-from rl.reward.grading import LocalGrader, ServiceGrader
+from rl.reward.grading import CodeGrader, LocalGrader, ServiceGrader
 from rl.reward.verifier import VerifierPool
 from rl.rollout.loop import HFCodec, RolloutSettings
 from rl.rollout.scheduler import RolloutScheduler
@@ -112,3 +113,27 @@ async def test_each_rollout_is_graded_while_the_others_still_run(client: Sandbox
     assert [t.group for t in trajectories] == [0, 1]
     assert correct == [1.0, 0.0]
     assert recording.sent == [["\\frac{2}{4}"], ["7"]]
+
+
+ADD_TESTS = json.dumps(
+    {
+        "kind": "function",
+        "entry_point": "add",
+        "cases": [{"args": [1, 2], "expected": 3}, {"args": [-5, 5], "expected": 0}],
+    }
+)
+
+
+def coded(code: str) -> str:
+    return f"Here it is.</reason>\n<answer>\n```python\n{code}\n```\n</answer>"
+
+
+async def test_code_rewards_are_the_sealed_grades(client: SandboxClient) -> None:
+    responses = [
+        coded("def add(a, b):\n    return a + b"),
+        coded("def add(a, b):\n    return a - b"),
+        coded("import sys\nsys.exit(0)\ndef add(a, b):\n    return 0"),
+        "def add(a, b): return a + b  (no code block)",
+    ]
+    rewards = await CodeGrader(client).rewards(responses, [ADD_TESTS] * len(responses))
+    assert rewards == [1.0, 0.0, 0.0, 0.0]

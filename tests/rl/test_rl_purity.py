@@ -20,7 +20,7 @@ EDGES = {
     # The rollout loop reads tool calls and renders results with trainer_client's pure helpers
     # and sends them through any object with SandboxClient.execute.
     "rollout/loop.py": {"trainer_client"},
-    "sft.py": {"trainer_client"},
+    "rollout/demonstrations.py": {"trainer_client"},  # tool calls of demonstrations
     "data/tasks.py": {"trainer_client"},  # the tool's name, for demonstrations
     "run/trainer.py": {"trainer_client"},  # creates the SandboxClient
     "run/evaluate.py": {"trainer_client"},  # creates the SandboxClient

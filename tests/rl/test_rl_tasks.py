@@ -15,9 +15,10 @@ from rl.data.tasks import (
     arithmetic_problems,
     load_demonstrations,
 )
+from rl.rollout.demonstrations import render_demonstrations
 from rl.rollout.loop import RolloutSettings
 from rl.rollout.template import PromptTemplate
-from rl.sft import SFTExample, render_demonstrations
+from rl.sft import SFTExample
 from trainer_client.tools import parse_tool_calls
 from trainer_client.wire import ExecuteResult
 

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from rl.run.train_config import ConfigError, config_from_dict, load_config
+from rl.parallel.distributed import COLLECTIVE_TIMEOUT_S
+from rl.run.train_config import (
+    TRANSFORMERS_CAPACITY_TOKENS,
+    ConfigError,
+    config_from_dict,
+    load_config,
+)
 from sandbox_service.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -16,6 +22,11 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 def minimal(**top: Any) -> dict[str, Any]:
     return {"name": "t", "stages": [{"name": "rl", "kind": "grpo", "steps": 2}], **top}
+
+
+def valid(**top: Any) -> dict[str, Any]:
+    """A minimal configuration that passes every check."""
+    return minimal(grpo={"max_response_tokens": 256}, **top)
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
@@ -39,6 +50,21 @@ def test_stage_overrides_apply_to_grpo() -> None:
     assert (grpo.max_turns, grpo.max_response_tokens, grpo.learning_rate) == (15, 100, 2e-6)
 
 
+def test_a_vllm_engine_asks_vllm_for_its_capacity_unless_one_is_configured() -> None:
+    engines = config_from_dict(
+        valid(rollout={"engines": [{"kind": "vllm"}, {"kind": "transformers"}]})
+    ).rollout.engines
+    assert [e.capacity_tokens for e in engines] == [0, 0]  # 0: the engine's own
+    assert TRANSFORMERS_CAPACITY_TOKENS == 65536
+
+
+def test_collectives_wait_hours_for_the_slowest_rank_by_default() -> None:
+    assert config_from_dict(valid()).trainer.collective_timeout_s >= 3600
+    assert COLLECTIVE_TIMEOUT_S >= 3600
+    raw = valid(trainer={"collective_timeout_s": 86400})
+    assert config_from_dict(raw).trainer.collective_timeout_s == 86400
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -58,6 +84,24 @@ def test_stage_overrides_apply_to_grpo() -> None:
             "does not leave room for the prompt",
         ),
         ({"task": {"kind": "jsonl"}}, "task.train_file: required"),
+        ({"grpo": {"answer_kind": "tests"}}, "grpo.answer_kind: 'tests' is not one of"),
+        (
+            {"grpo": {"answer_kind": "code"}, "reward": {"verifier": "local"}},
+            'grpo.answer_kind = "code" is graded by the service',
+        ),
+        ({"trainer": {"collective_timeout_s": 0}}, "collective_timeout_s must be positive"),
+        (
+            {"rollout": {"engines": [{"kind": "vllm", "placement": "separate"}]}},
+            'placement: "separate" is for vllm engines, with engine_devices',
+        ),
+        (
+            {"rollout": {"engines": [{"kind": "vllm", "engine_devices": "1"}]}},
+            "engine_devices: only with placement",
+        ),
+        (
+            {"rollout": {"engines": [{"kind": "vllm", "capacity_tokens": -1}]}},
+            "capacity_tokens: must be 0 or positive",
+        ),
         (
             {"stages": [{"name": "a", "kind": "sft", "lr_schedule": "linear"}]},
             "stages[0].lr_schedule: 'linear' is not one of",

@@ -73,7 +73,9 @@ async def test_a_sync_hands_collective_rpc_plain_data_that_loads_every_weight() 
     await engine.sync_weights(trainer.named_parameters())
     methods = [m for m, _, _ in boundary.wire]
     assert methods[-1] == "rl_finish_load" and set(methods[:-1]) == {"rl_load_bucket"}
-    assert len(methods) - 1 == len(list(bucketed(trainer.named_parameters(), 64)))
+    assert len(methods) - 1 == len(
+        list(bucketed(trainer.named_parameters(), 64, dtype=torch.bfloat16))
+    )
     for _, args, _ in boundary.wire[:-1]:
         handle, layout = args
         assert isinstance(handle, bytes)

@@ -69,10 +69,52 @@ async def test_generate_is_refused_asleep_and_a_failed_sync_leaves_a_known_state
     with pytest.raises(EngineDeadError, match="no_such"):
         await engine.sync_weights(bad)
     assert fake.calls[-1] == ("sleep", 2)  # back asleep: the next sync wakes it from there
+    # The failure came after the weights woke, with the KV cache still asleep: vLLM ignores a
+    # sleep while any tag sleeps, so the engine wakes the KV cache first, and the weights are
+    # freed (a stale engine holding its weights would take the update's memory).
+    assert fake.calls[-2] == ("wake_up", ["kv_cache"])
+    assert not await fake.resident()
     with pytest.raises(RuntimeError, match="last weight sync failed"):
         await engine.generate([1, 2, 3], PARAMS)
     await engine.sync_weights(good)
     assert len((await engine.generate([1, 2, 3], PARAMS)).token_ids) >= 1
+
+
+async def test_the_separate_placement_broadcasts_the_weights_without_sleep_mode(
+    model_dir: Path,
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    fake = FakeAsyncLLM(str(model_dir), sleep_mode=False)
+    try:
+        engine = VLLMEngine(
+            fake,
+            name="vllm0",
+            capacity_tokens=8192,
+            bucket_bytes=BUCKET_BYTES,
+            placement="separate",
+            api=API,
+        )
+        trainer = AutoModelForCausalLM.from_pretrained(model_dir)
+        with torch.no_grad():
+            for p in trainer.parameters():
+                p.add_(torch.randn_like(p) * 0.01)
+        await engine.release_memory()  # nothing to free: the engine has GPUs of its own
+        for _ in range(2):
+            await engine.sync_weights(trainer.named_parameters())
+        syncs, values, after_load = await fake.loads()
+        names = {checkpoint_name(n) for n, _ in trainer.named_parameters()}
+        assert len(syncs) == after_load == 2 and all(set(s) == names for s in syncs)
+        for name, param in trainer.named_parameters():
+            expected = param.detach().bfloat16().contiguous().view(torch.int16).numpy().tobytes()
+            assert values[checkpoint_name(name)] == expected, name
+        methods = [c[1] for c in fake.calls if c[0] == "collective_rpc"]
+        assert methods[0] == "rl_init_weight_group" and methods.count("rl_init_weight_group") == 1
+        assert "rl_load_bucket" not in methods and "rl_receive_bucket" in methods
+        assert not any(c[0] in ("sleep", "wake_up") for c in fake.calls)
+        assert len((await engine.generate([1, 2, 3], PARAMS)).token_ids) >= 1
+    finally:
+        fake.shutdown()
 
 
 def sync_calls(calls: list[tuple[str, Any]]) -> list[list[tuple[str, Any]]]:

@@ -4,6 +4,7 @@ where an engine runs, what is refused) and the start-up check of the torch and v
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -12,8 +13,11 @@ from rl.engines.vllm_sync import (
     buckets,
     check_allocator_config,
     check_logprob_match,
+    check_placement,
     checkpoint_name,
+    engine_environment,
     engine_visible_devices,
+    separate_environment,
     syncs_for,
 )
 from rl.parallel.distributed import collective_device, collective_device_for
@@ -79,6 +83,72 @@ def test_each_ranks_engine_runs_on_that_ranks_device() -> None:
         engine_visible_devices("0", 0, 1, 2)
 
 
+def test_a_launcher_that_binds_one_gpu_per_process_places_the_engine_on_it() -> None:
+    # Local rank 3 seeing only its own GPU trains on device 0 (local_rank % device_count()).
+    assert engine_visible_devices("3", 3, 8, 1) == "3"
+    assert engine_visible_devices("6,7", 3, 8, 1) == "7"
+
+
+def test_the_engines_environment_narrows_hip_with_cuda_and_keeps_ranks_caches_apart() -> None:
+    one = engine_environment({}, local_rank=0, world_size=1, rank=0, tensor_parallel_size=1)
+    assert one == {"CUDA_VISIBLE_DEVICES": "0"}  # one process: vLLM's own cache
+    amd = {"HIP_VISIBLE_DEVICES": "4,5,6,7", "VLLM_CACHE_ROOT": "/cache/vllm"}
+    rank6 = engine_environment(amd, local_rank=2, world_size=16, rank=6, tensor_parallel_size=1)
+    assert rank6 == {
+        "CUDA_VISIBLE_DEVICES": "6",
+        "HIP_VISIBLE_DEVICES": "6",  # vLLM's ROCm platform asserts both are equal
+        "VLLM_CACHE_ROOT": "/cache/vllm/rank6",
+    }
+    both = {"HIP_VISIBLE_DEVICES": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert (
+        engine_environment(both, local_rank=1, world_size=2, rank=1, tensor_parallel_size=1)[
+            "HIP_VISIBLE_DEVICES"
+        ]
+        == "3"
+    )  # HIP's runtime reads HIP_VISIBLE_DEVICES before CUDA_VISIBLE_DEVICES
+    caches = {
+        engine_environment({}, local_rank=r, world_size=8, rank=r, tensor_parallel_size=1)[
+            "VLLM_CACHE_ROOT"
+        ]
+        for r in range(8)
+    }
+    assert len(caches) == 8
+
+
+def placement(kind: str, sleep_mode: bool, **kwargs: Any) -> None:
+    given: dict[str, Any] = {"world_size": 1, "engine_devices": "", "tensor_parallel_size": 1}
+    check_placement(kind, vllm_version="0.11.0", sleep_mode=sleep_mode, **(given | kwargs))
+
+
+def test_each_placement_is_accepted_or_refused_as_docs_rl_md_says() -> None:
+    placement("colocated", True)  # CUDA, or ROCm with a vLLM whose platform has sleep mode
+    with pytest.raises(ValueError, match=r"vLLM 0\.11\.0 has no sleep mode.*separate"):
+        placement("colocated", False)  # vLLM 0.11.0 on ROCm
+    placement("separate", False, engine_devices="1")  # no sleep mode needed
+    placement("separate", True, engine_devices="1,2", tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="under torchrun"):
+        placement("separate", False, engine_devices="1", world_size=2)
+    with pytest.raises(ValueError, match="naming the engine's 2 GPU"):
+        placement("separate", False, engine_devices="1", tensor_parallel_size=2)
+    with pytest.raises(ValueError, match='separate" only'):
+        placement("colocated", True, engine_devices="1")
+    with pytest.raises(ValueError, match="expected"):
+        placement("remote", True)
+
+
+def test_a_separate_engine_gets_its_own_gpus_never_the_trainers() -> None:
+    assert separate_environment({}, "1,2") == {"CUDA_VISIBLE_DEVICES": "1,2"}
+    amd = {"HIP_VISIBLE_DEVICES": "4,5,6,7"}
+    assert separate_environment(amd, "3") == {
+        "CUDA_VISIBLE_DEVICES": "7",
+        "HIP_VISIBLE_DEVICES": "7",
+    }
+    with pytest.raises(ValueError, match="device 0"):
+        separate_environment({}, "0")
+    with pytest.raises(ValueError, match="only 4 devices"):
+        separate_environment(amd, "4")
+
+
 @pytest.mark.parametrize(
     ("conf", "refused"),
     [
@@ -89,14 +159,18 @@ def test_each_ranks_engine_runs_on_that_ranks_device() -> None:
         ("max_split_size_mb:64, expandable_segments:true", True),
     ],
 )
+@pytest.mark.parametrize(
+    "variable", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF"]
+)
 def test_expandable_segments_are_refused_with_vllm_sleep_mode(
-    conf: str | None, refused: bool
+    conf: str | None, refused: bool, variable: str
 ) -> None:
+    environ = {} if conf is None else {variable: conf}
     if refused:
-        with pytest.raises(ValueError, match="expandable_segments"):
-            check_allocator_config(conf)
+        with pytest.raises(ValueError, match=f"{variable} has expandable_segments"):
+            check_allocator_config(environ)
     else:
-        check_allocator_config(conf)
+        check_allocator_config(environ)
 
 
 def test_top_p_below_one_is_refused_for_vllm_logprobs() -> None:

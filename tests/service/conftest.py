@@ -11,6 +11,7 @@ import redis
 
 from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env
+from tests.signal_handlers import changed_handlers, kept_signal_handlers, restore, signal_handlers
 
 DEFAULT_LIMITS = {
     "max_code_bytes": 4096,
@@ -57,3 +58,24 @@ def stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
 async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=stack.url, timeout=60) as http:
         yield http
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_signal_handlers() -> Iterator[None]:
+    """Fails a test that leaves the pytest process's signal handlers changed (and restores
+    them, so the next test is not hit): a test running an RQ worker in-process must use
+    `in_process_worker_signals`."""
+    before = signal_handlers()
+    yield
+    # SIGALRM is pytest-timeout's: it takes its handler off itself when a test fails.
+    leaked = [name for name in changed_handlers(before, signal_handlers()) if name != "SIGALRM"]
+    restore(before)
+    assert not leaked, f"the test left signal handlers installed for {', '.join(leaked)}"
+
+
+@pytest.fixture
+def in_process_worker_signals() -> Iterator[None]:
+    """For a test that runs an RQ worker in the pytest process: the signal handlers it
+    installs are removed after the test."""
+    with kept_signal_handlers():
+        yield

@@ -19,6 +19,7 @@ import redis
 
 from sandbox_service.local.private import service_env
 from sandbox_service.local.procs import free_port
+from tests.host_tag import tagged
 
 READY_TIMEOUT_S = 90.0
 
@@ -28,7 +29,7 @@ def stack_env(redis_url: str, name: str, uid_base: int, **settings: object) -> d
     defaults = {
         "redis_url": redis_url,
         "queue_name": f"rlst-{name}",
-        "cgroup_parent": f"rl-sandbox-svctest-{name}",
+        "cgroup_parent": tagged(f"rl-sandbox-svctest-{name}"),
         "sandbox_uid_base": str(uid_base),
         "workers": "2",
         "log_level": "INFO",

@@ -61,9 +61,9 @@ async def test_over_the_bound_is_429_and_nothing_is_enqueued(
         assert redis_client.llen(keys.rq_queue(workerless.queue)) == 0
 
         metrics = (await client.get("/metrics")).text
-        rejected = 'rl_sandbox_rejected_requests_total{reason="queue_full",tenant="default"}'
+        rejected = 'rl_sandbox_rejected_requests_total{reason="queue_full"}'
         assert f"{rejected} 2.0" in metrics
-        assert 'rl_sandbox_executions_total{status="queue_timeout",tenant="default"} 2.0' in metrics
+        assert 'rl_sandbox_executions_total{status="queue_timeout"} 2.0' in metrics
 
 
 async def test_session_cells_waiting_on_a_workers_own_queue_count_against_the_bound(

@@ -220,7 +220,7 @@ async def test_invalid_batch_item_names_its_index_and_nothing_runs(
 ) -> None:
     before = metric(
         (await client.get("/metrics")).text,
-        'rl_sandbox_executions_total{status="ok",tenant="default"}',
+        'rl_sandbox_executions_total{status="ok"}',
     )
     requests = [{"code": "print(1)"}, {"code": "print(2)"}, {"code": "1", "timeout": 99}]
     response = await client.post("/execute/batch", json={"requests": requests})
@@ -231,7 +231,7 @@ async def test_invalid_batch_item_names_its_index_and_nothing_runs(
     assert ["body", "requests", 1, "code"] in [e["loc"] for e in response.json()["detail"]]
     after = metric(
         (await client.get("/metrics")).text,
-        'rl_sandbox_executions_total{status="ok",tenant="default"}',
+        'rl_sandbox_executions_total{status="ok"}',
     )
     assert after == before
 
@@ -260,7 +260,14 @@ async def test_operations_endpoints(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
-    assert (await client.get("/docs")).status_code == 200
+    docs = await client.get("/docs")
+    assert docs.status_code == 200 and "http" not in docs.text.split("<body>")[0], docs.text
+    for page, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+        html = (await client.get(page)).text
+        assert "cdn." not in html and f"/docs/assets/{asset}" in html
+        script = await client.get(f"/docs/assets/{asset}")
+        assert script.status_code == 200 and len(script.content) > 100_000
+    assert (await client.get("/docs/assets/swagger-ui.css")).status_code == 200
     schema = (await client.get("/openapi.json")).json()
     assert {"/execute", "/execute/batch", "/healthz", "/readyz", "/metrics"} <= set(schema["paths"])
 
@@ -270,12 +277,12 @@ async def test_metrics_are_present_and_move(client: httpx.AsyncClient) -> None:
     await asyncio.gather(*(execute(client, code="print(1)") for _ in range(3)))
     await execute(client, code="import sys; sys.exit(1)")
     after = (await client.get("/metrics")).text
-    ok = 'rl_sandbox_executions_total{status="ok",tenant="default"}'
+    ok = 'rl_sandbox_executions_total{status="ok"}'
     assert metric(after, ok) >= metric(before, ok) + 3
-    assert metric(after, 'rl_sandbox_executions_total{status="error",tenant="default"}') >= 1
+    assert metric(after, 'rl_sandbox_executions_total{status="error"}') >= 1
     for name in ("rl_sandbox_queue_wait_seconds_count", "rl_sandbox_execution_wall_seconds_count"):
         assert metric(after, name) >= metric(before, name) + 4
-    responses = 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="default"}'
+    responses = 'rl_sandbox_http_responses_total{code="200",route="/execute"}'
     assert metric(after, responses) >= metric(before, responses) + 4
     assert metric(after, "rl_sandbox_workers_alive") == 2
     assert "rl_sandbox_queued_jobs " in after

@@ -15,6 +15,7 @@ from sandbox_service.bench.baseline import baselines
 from sandbox_service.bench.command import BenchOptions, run_bench
 from sandbox_service.bench.http import NotLoopback, loopback_target
 from sandbox_service.bench.workloads import WORKLOADS
+from tests.host_tag import tagged
 from tests.service.stack import Stack
 
 
@@ -164,3 +165,35 @@ def test_batch_rounds_alternate_single_and_batched_and_report_each_share(
     rounds = [(p["target"], p["batch"], p["failed"]) for p in report["points"][2:]]
     assert rounds == [("batch round", 1, 0), ("batch round", 4, 0)] * 2
     assert all(p["calls"] > 0 for p in report["points"][2:]), report["points"]
+
+
+def test_a_private_stack_reports_calls_per_cpu_second_single_and_batched_beside_the_baselines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RL_SANDBOX_CGROUP_PARENT", tagged("rl-sandbox-bench-test"))
+    monkeypatch.setenv("RL_SANDBOX_SANDBOX_UID_BASE", "63800")
+    options = BenchOptions(
+        workloads=("print",),
+        concurrency=(2,),
+        point_s=0.3,
+        max_calls=8,
+        baseline_point_s=0.1,
+        ratio_rounds=2,
+        round_s=0.3,
+        compare_batch=4,
+        workers=1,
+        progress=False,
+    )
+    report = run_bench(options, tmp_path)
+
+    assert [p["first_failure"] for p in report["points"] if p["failed"]] == []
+    rounds = [p for p in report["points"] if p["target"] == "service round"]
+    assert [p["batch"] for p in rounds] == [1, 4, 1, 4]
+    assert all({"api", "workers", "redis", "total"} <= set(p["cpu_ms_per_call"]) for p in rounds)
+    entries = {(e["batch"], e["baseline"]): e for e in report["efficiency"]}
+    assert set(entries) == {(b, n) for b in (1, 4) for n in ("plain venv", "python -I -S")}
+    for entry in entries.values():
+        assert len(entry["round_ratios"]) == 2 and entry["ratio_median"] > 0
+        assert entry["service_calls_per_cpu_s"] > 0 and entry["baseline_calls_per_cpu_s"] > 0
+        assert len(entry["service_sweep_calls_per_cpu_s"]) == 1
+    assert "| print | 4 | **" in (tmp_path / "bench.md").read_text()

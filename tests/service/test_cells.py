@@ -21,6 +21,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.local.redis_server import RedisServer, start_redis_server
+from tests.host_tag import tagged
 from tests.service.stack import Stack, spawn, stack_env
 from tests.service.stack import stop as stop_process
 
@@ -62,7 +63,7 @@ def cells(logs_dir: Path) -> Iterator[TwoCells]:
             s.url,
             "cells",
             65100 + 100 * i,
-            cgroup_parent=f"rl-sandbox-svctest-cells{i}",
+            cgroup_parent=tagged(f"rl-sandbox-svctest-cells{i}"),
             max_timeout=30,
             max_batch=64,
         )

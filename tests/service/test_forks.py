@@ -12,11 +12,18 @@ import pytest
 import redis
 
 from sandbox_service import keys
+from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.local.redis_server import RedisServer
 from sandbox_service.settings import Settings
 from tests.service.stack import Stack, spawn, stack_env, stop
 from tests.service.test_api import execute
 from tests.service.test_sessions import internal
+
+
+def recorded(client: redis.Redis, queue: str, session: str) -> int:
+    """Cells a restore of `session` would replay (its chain by reference, then its own)."""
+    store = SessionStore(client, queue, ttl_s=600, dead_after_s=5.0)
+    return len(store.state(internal(session), -1).history or ())
 
 
 async def cell(client: httpx.AsyncClient, session: str, code: str) -> dict[str, object]:
@@ -40,8 +47,9 @@ async def test_forks_copy_the_state_then_live_apart(
     await cell(client, parent, "import fractions\nx = 41\nopen('data.txt', 'w').write('parent')")
     await cell(client, parent, "open('/tmp/t.txt', 'w').write('tmp')\ny = fractions.Fraction(1, 3)")
     mine, sibling, third = await fork(client, parent, 3)
-    # Each fork has the parent's two cells recorded, and its own after them.
-    assert redis_client.llen(keys.session_cells(stack.queue, internal(mine))) == 2
+    # Each fork has the parent's two cells recorded (by reference), and its own after them.
+    assert recorded(redis_client, stack.queue, mine) == 2
+    assert not redis_client.exists(keys.session_cells(stack.queue, internal(mine)))
     first = await cell(
         client,
         mine,
@@ -57,7 +65,8 @@ async def test_forks_copy_the_state_then_live_apart(
     assert (await cell(client, sibling, probe))["stdout"] == "41 parent False\n"
     assert (await cell(client, parent, probe))["stdout"] == "0 parent later False\n"
     assert (await cell(client, mine, probe))["stdout"] == "mine mine True\n"
-    assert redis_client.llen(keys.session_cells(stack.queue, internal(mine))) == 4
+    assert recorded(redis_client, stack.queue, mine) == 4
+    assert redis_client.llen(keys.session_cells(stack.queue, internal(mine))) == 2
     # Each ends on its own: the others live on.
     assert (await client.delete(f"/sessions/{mine}")).status_code == 204
     assert (await client.delete(f"/sessions/{parent}")).status_code == 204
@@ -83,6 +92,49 @@ async def test_a_fork_of_a_session_not_live_is_rebuilt_from_its_records(
     assert first["stdout"] == "42\n" and first["restored"] is True
     for session in (parent, child):
         assert (await client.delete(f"/sessions/{session}")).status_code == 204
+
+
+async def test_forks_store_the_parents_cells_once_and_no_script_copies_them(
+    client: httpx.AsyncClient, stack: Stack, redis_client: redis.Redis
+) -> None:
+    parent = f"parent-{uuid.uuid4().hex}"
+    size = 700 << 10  # stdin under the test stack's body bound, recorded with the cell
+    response = await client.post(
+        "/execute",
+        json={"code": "import sys\nx = len(sys.stdin.read())", "session_id": parent,
+              "stdin": "a" * size},
+    )  # fmt: skip
+    assert response.status_code == 200 and response.json()["status"] == "ok", response.text
+    before = int(redis_client.info("memory")["used_memory"])
+    forks = await fork(client, parent, 32)
+    grown = int(redis_client.info("memory")["used_memory"]) - before
+    # Copied, the 32 forks would add 32 records of 0.7 MB; by reference, a few keys each.
+    assert grown < 2 << 20, f"Redis grew {grown} bytes for 32 forks of a 0.7 MB record"
+    assert (await cell(client, forks[-1], "x"))["stdout"] == f"{size}\n"
+    for session in (parent, *forks):
+        assert (await client.delete(f"/sessions/{session}")).status_code == 204
+
+
+async def test_a_fork_of_a_fork_is_rebuilt_from_the_chain_after_its_ancestors_end(
+    client: httpx.AsyncClient, stack: Stack, redis_client: redis.Redis
+) -> None:
+    parent = f"parent-{uuid.uuid4().hex}"
+    await cell(client, parent, "trail = ['parent']")
+    (child,) = await fork(client, parent, 1)
+    await cell(client, parent, "trail.append('parent later')")
+    await cell(client, child, "trail.append('child')")
+    (grandchild,) = await fork(client, child, 1)
+    await cell(client, child, "trail.append('child later')")
+    await cell(client, grandchild, "trail.append('grandchild')")
+    for ancestor in (parent, child):
+        assert (await client.delete(f"/sessions/{ancestor}")).status_code == 204
+    lost = await execute(client, code="while True: pass", session_id=grandchild, timeout=0.5)
+    assert lost["status"] == "timeout"  # its interpreter is gone: the next cell replays
+    rebuilt = await cell(client, grandchild, "trail")
+    assert rebuilt["restored"] is True
+    assert rebuilt["stdout"] == "['parent', 'child', 'grandchild']\n"
+    assert recorded(redis_client, stack.queue, grandchild) == 4  # with the last cell
+    assert (await client.delete(f"/sessions/{grandchild}")).status_code == 204
 
 
 async def test_a_fork_killed_by_a_sibling_is_rebuilt_with_its_own_cells(
@@ -182,3 +234,71 @@ async def test_another_key_can_neither_fork_nor_see_nor_end_a_session_or_its_for
         assert (await cell(alice, child, "secret"))["stdout"] == "'alice'\n"
         for session in (parent, child):
             assert (await alice.delete(f"/sessions/{session}")).status_code == 204
+
+
+AT_FORK = """
+import os, subprocess, sys
+ran = []
+def daemon():
+    ran.append('child')
+    hold = 'b = bytearray(256 << 20); import time; time.sleep(600)'
+    subprocess.Popen([sys.executable, '-c', hold])
+os.register_at_fork(
+    before=lambda: ran.append('before'),
+    after_in_parent=lambda: ran.append('parent'),
+    after_in_child=daemon,
+)
+"""
+OTHERS = """
+import os
+me = os.getpid()
+print(ran, [p for p in os.listdir('/proc') if p.isdigit() and int(p) != me])
+"""
+
+
+async def test_a_forks_at_fork_handlers_never_run_and_nothing_outlives_it(
+    client: httpx.AsyncClient,
+) -> None:
+    # Issue 35: a handler that started a daemon holding 256 MiB at the fork left it running.
+    parent = f"parent-{uuid.uuid4().hex}"
+    await cell(client, parent, AT_FORK)
+    (child,) = await fork(client, parent, 1)
+    assert (await cell(client, parent, OTHERS))["stdout"] == "[] []\n"
+    assert (await cell(client, child, OTHERS))["stdout"] == "[] []\n"
+    for session in (parent, child):
+        assert (await client.delete(f"/sessions/{session}")).status_code == 204
+
+
+READ_SIBLING = """
+import os
+me, seen = os.getpid(), []
+for pid in range(2, 4096):
+    if pid != me:
+        try:
+            with open(f'/proc/{pid}/mem', 'rb') as mem:
+                mem.seek(address)
+                seen.append(mem.read(len(secret)))
+        except OSError:
+            pass
+print(seen)
+"""
+
+
+async def test_a_fork_made_dumpable_is_no_siblings_to_read(client: httpx.AsyncClient) -> None:
+    # Issue 35: a member that made itself dumpable again had its memory read by a sibling
+    # through /proc/<pid>/mem (one rollout reading another's state).
+    parent = f"parent-{uuid.uuid4().hex}"
+    setup = "import ctypes\nsecret = bytearray(b'parent-state!')\n"
+    await cell(
+        client, parent, setup + "address = ctypes.addressof(ctypes.c_char.from_buffer(secret))"
+    )
+    (child,) = await fork(client, parent, 1)
+    await cell(
+        client, child, "secret[:] = b'forks-state!!'\nctypes.CDLL(None).prctl(4, 1, 0, 0, 0)"
+    )
+    assert (await cell(client, parent, READ_SIBLING))["stdout"] == "[]\n"
+    # The member ended is rebuilt from its records at its next cell.
+    again = await cell(client, child, "print(secret)")
+    assert again["stdout"] == "bytearray(b'forks-state!!')\n" and again["restored"] is True
+    for session in (parent, child):
+        assert (await client.delete(f"/sessions/{session}")).status_code == 204

@@ -73,6 +73,11 @@ async def test_text_that_cannot_be_encoded_is_a_422_on_every_route(
     await answers_next(client)
 
 
+GRADE: dict[str, Any] = {
+    "code": "def f(x):\n    return x + 1\n",
+    "tests": {"kind": "function", "entry_point": "f", "cases": [{"args": [1], "expected": 2}]},
+    "timeout": 5,
+}
 ROUTES: dict[str, dict[str, Any]] = {
     "/execute": {"code": "print(1)"},
     "/execute/batch": {"requests": [{"code": "print(1)"}]},
@@ -85,6 +90,8 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/run_code": {"code": "print(1)", "language": "python"},
     "/run_jupyter": {"cells": ["print(1)"]},
     "/verify": {"items": [{"answer": "1", "reference": "1"}]},
+    "/grade": GRADE,
+    "/grade/batch": {"requests": [GRADE]},
 }
 """A valid body of every POST route (each list holds one item, where number fields are sought).
 A new route belongs here: test_every_post_route_is_covered fails until it is."""

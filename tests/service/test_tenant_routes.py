@@ -25,8 +25,6 @@ import pytest
 from sandbox_service.local.redis_server import RedisServer
 from tests.service.stack import Stack, stack_env
 
-pytest.importorskip("mcp.server.mcpserver", reason="the mcp extra is not installed")
-
 TENANTS = """
 [[tenant]]
 name = "amber"

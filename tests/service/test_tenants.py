@@ -29,6 +29,7 @@ key = "key-alpha"
 """
 OMEGA = {"Authorization": "Bearer key-omega"}
 ALPHA = {"Authorization": "Bearer key-alpha"}
+OPERATOR = {"Authorization": "Bearer key-operator"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,8 @@ def tenants_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
     )  # fmt: skip
     log = logs_dir / "tenants.log"
     workers = spawn(["worker"], env, log)
-    api = Stack({**env, "RL_SANDBOX_TENANTS_FILE": str(path)}, log, workers=False)
+    keys_env = {"RL_SANDBOX_TENANTS_FILE": str(path), "RL_SANDBOX_OPERATOR_KEY": "key-operator"}
+    api = Stack({**env, **keys_env}, log, workers=False)
     try:
         yield api.start()
     finally:
@@ -83,9 +85,31 @@ async def test_each_key_is_served_and_a_wrong_or_missing_key_is_401(
     for headers in ({}, {"Authorization": "Bearer key-gamma"}, {"Authorization": "key-omega"}):
         assert (await run(http, headers, "print(1)")).status_code == 401
         assert (await http.delete("/sessions/s", headers=headers)).status_code == 401
-    metrics = (await http.get("/metrics")).text
-    assert 'rl_sandbox_http_responses_total{code="401",route="/execute",tenant=""} 3.0' in metrics
-    assert 'rl_sandbox_http_responses_total{code="200",route="/execute",tenant="alpha"}' in metrics
+    # The operator key opens the per-tenant series and nothing else.
+    assert (await run(http, OPERATOR, "print(1)")).status_code == 401
+    everyone = await http.get("/metrics/tenants", headers=OPERATOR)
+    assert everyone.status_code == 200
+    responses = "rl_sandbox_tenant_http_responses_total"
+    assert f'{responses}{{code="401",route="/execute",tenant=""}} 4.0' in everyone.text
+    assert f'{responses}{{code="200",route="/execute",tenant="alpha"}}' in everyone.text
+
+
+async def test_metrics_name_no_tenant_openly_and_a_tenants_key_sees_only_its_own(
+    http: httpx.AsyncClient,
+) -> None:
+    for headers in (OMEGA, ALPHA):
+        assert (await run(http, headers, "print(1)")).status_code == 200
+    open_text = (await http.get("/metrics")).text
+    assert "tenant=" not in open_text and "omega" not in open_text and "alpha" not in open_text
+    assert 'rl_sandbox_http_responses_total{code="200",route="/execute"}' in open_text
+    alpha = await http.get("/metrics/tenants", headers=ALPHA)
+    assert alpha.status_code == 200
+    assert 'rl_sandbox_tenant_executions_total{status="ok",tenant="alpha"}' in alpha.text
+    assert "omega" not in alpha.text and 'tenant=""' not in alpha.text
+    everyone = (await http.get("/metrics/tenants", headers=OPERATOR)).text
+    assert 'tenant="alpha"' in everyone and 'tenant="omega"' in everyone
+    for headers in ({}, {"Authorization": "Bearer key-gamma"}):
+        assert (await http.get("/metrics/tenants", headers=headers)).status_code == 401
 
 
 async def test_a_tenants_sessions_are_invisible_to_the_other(http: httpx.AsyncClient) -> None:
@@ -125,9 +149,10 @@ async def test_the_in_flight_quota_is_429_for_that_tenant_only_and_freed_on_ever
     await omega_in_flight(tenants_stack, redis_client, 0)
     response = await run(http, OMEGA, "print(2)")
     assert response.status_code == 200 and response.json()["stdout"] == "2\n"
-    metrics = (await http.get("/metrics")).text
-    assert 'rl_sandbox_rejected_requests_total{reason="in_flight_quota",tenant="omega"}' in metrics
-    assert 'rl_sandbox_executions_total{status="ok",tenant="alpha"}' in metrics
+    metrics = (await http.get("/metrics/tenants", headers=OPERATOR)).text
+    rejected = 'rl_sandbox_tenant_rejected_requests_total{reason="in_flight_quota",tenant="omega"}'
+    assert rejected in metrics
+    assert 'rl_sandbox_tenant_executions_total{status="ok",tenant="alpha"}' in metrics
 
 
 async def test_the_session_quota_is_429_until_a_session_ends(

@@ -69,6 +69,7 @@ async def test_the_live_workers_metrics_move_with_their_jobs(client: httpx.Async
         client,
         lambda t: (
             total(t, "rl_sandbox_worker_jobs_total", status="ok") >= ok_before + 5
+            and total(t, "rl_sandbox_worker_jobs_total", status="error") >= error_before + 1
             and total(t, "rl_sandbox_worker_sessions") >= 1
         ),
     )

@@ -9,7 +9,7 @@ from sandbox_service.settings import Settings
 from sandbox_service.tenancy import Tenant, tenant_var
 from trainer_client.wire import ExecuteRequest
 
-SETTINGS = Settings(cpp_compile_timeout_s=7.0)
+SETTINGS = Settings(compile_timeout_s=7.0)
 
 
 def test_the_tenant_and_language_of_a_cpp_request_reach_the_worker() -> None:

@@ -21,8 +21,9 @@ from sandbox_service.api.compat.sandboxfusion import (
     to_execute_request,
 )
 from sandbox_service.api.invalid import MAX_ERRORS, rendered_errors
+from sandbox_service.api.json_gate import MAX_DEPTH, body_problems, content_type_problem
 from sandbox_service.api.validation import check_request
-from sandbox_service.jail.protocol import RunLimits, RunRequest
+from sandbox_service.jail.inside.protocol import RunLimits, RunRequest
 from sandbox_service.settings import Settings
 from trainer_client.wire import (
     MAX_PATH_CHARS,
@@ -211,3 +212,63 @@ def test_the_422_renderer_keeps_small_inputs_and_counts_the_errors_it_drops() ->
                             for i in range(3)]  # fmt: skip
     assert len(rendered) == MAX_ERRORS + 1
     assert f"{500 - MAX_ERRORS} more errors" in rendered[-1]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "loc"),
+    [
+        (b'{"a": "\\udc80"}', "lone_surrogate", ["body", "a"]),
+        (b'{"a": [1, {"\\ud800": 1}]}', "lone_surrogate", ["body", "a", 1, "\\ud800"]),
+        (b"[" * 50_000 + b"]" * 50_000, "too_deep", ["body"]),
+        (b'{"a": NaN}', "number_not_finite", ["body", "a"]),
+        (b'{"a": [-Infinity]}', "number_not_finite", ["body", "a", 0]),
+        (b'{"a": 1e999}', "number_not_finite", ["body", "a"]),
+        (b'{"a": ' + b"9" * 1001 + b"}", "number_too_long", ["body", "a"]),
+        (b'{"a": ' + b"9" * 5000 + b"}", "number_too_long", ["body", "a"]),
+        (b'{"a": 1, "b": {"c": 1, "c": 2}}', "duplicate_key", ["body", "b", "c"]),
+        (b'{"a": "\xff"}', "json_invalid", ["body"]),
+        (b'{"a": ', "json_invalid", ["body"]),
+    ],
+)
+def test_the_json_gate_refuses_each_odd_body_naming_its_place(
+    body: bytes, kind: str, loc: list[Any]
+) -> None:
+    (problem,) = body_problems(body)
+    assert (problem["type"], problem["loc"]) == (kind, loc)
+    json.dumps(problem)  # renderable as it is
+
+
+def test_the_json_gate_takes_nesting_to_its_depth_and_plain_json() -> None:
+    assert body_problems(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH) == []
+    deeper = body_problems(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1))
+    assert [p["type"] for p in deeper] == ["too_deep"]
+    assert body_problems(b'{"a": [1, 2.5e10, -3, "\\ud83d\\ude00", "\xc3\xa9", null]}') == []
+
+
+@pytest.mark.parametrize(
+    ("content_type", "taken"),
+    [
+        (None, True),
+        ("application/json", True),
+        ("Application/JSON; charset=utf-8", True),
+        ("application/vnd.api+json", True),
+        ("text/plain", False),
+        ("application/x-www-form-urlencoded", False),
+        ("multipart/form-data; boundary=x", False),
+    ],
+)
+def test_the_json_gate_takes_only_bodies_declared_json(
+    content_type: str | None, taken: bool
+) -> None:
+    assert (content_type_problem(content_type) is None) is taken
+
+
+def test_the_json_gate_skims_long_base64_values_and_still_finds_what_is_around_them() -> None:
+    long = "A" * 10_000
+    assert body_problems(json.dumps({"files": {"a": long, "b": long}}).encode()) == []
+    twice = '{"files": {"a": "' + long + '", "a": "' + long + '"}}'
+    assert [p["loc"] for p in body_problems(twice.encode())] == [["body", "files", "a"]]
+    two_long_keys = json.dumps({long: 1, long + "B": 2}).encode()
+    assert body_problems(two_long_keys) == []  # long keys are read as they are, never merged
+    after = '{"a": "' + long + '", "b": NaN}'
+    assert [p["loc"] for p in body_problems(after.encode())] == [["body", "b"]]

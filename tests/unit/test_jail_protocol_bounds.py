@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 
-from sandbox_service.jail.protocol import (
+from sandbox_service.jail.inside.protocol import (
     HEADER,
     MAX_FETCH_PATHS,
     MAX_FRAME_BYTES,
@@ -32,7 +32,7 @@ def test_outputs_keep_valid_items_and_name_the_dropped_ones() -> None:
                 {"image/png": "%%% not base64"},
                 {"image/png": base64.b64encode(b"GIF89a").decode()},
                 {"image/png": PNG, "text/plain": "figure"},
-                {"text/html": "<script>"},
+                {"application/javascript": "alert(1)"},
                 [],
             ],
             "error": {"ename": "E", "evalue": "v", "traceback": "not a list"},
@@ -114,3 +114,18 @@ def test_the_largest_valid_request_fits_the_jails_frame() -> None:
     frame = encode_frame(request.to_wire())
     assert len(frame) <= MAX_FRAME_BYTES
     assert RunRequest.from_wire(decode_body(frame[HEADER.size :])) == request
+
+
+def test_keep_processes_travels_from_the_job_to_the_zygote() -> None:
+    from sandbox_service.execution import Limits
+    from sandbox_service.jobs import JobPayload
+
+    payload = JobPayload(code="pass", session_id="s", keep_processes=True)
+    wire = JobPayload.from_wire(payload.to_wire())
+    assert wire.keep_processes and wire.to_spec("x", Limits()).keep_processes
+    assert not JobPayload.from_wire(JobPayload(code="pass").to_wire()).keep_processes
+    limits = RunLimits(timeout_s=1.0, cpu_time_s=2, max_file_size_mb=64, max_open_files=256)
+    request = RunRequest(limits=limits, keep_processes=True)
+    assert RunRequest.from_wire(request.to_wire()).keep_processes
+    forged = {**request.to_wire(), "keep": "yes"}  # only a JSON true keeps
+    assert not RunRequest.from_wire(forged).keep_processes

@@ -6,7 +6,7 @@ sandbox_service/
   api/        the API process (FastAPI); api/compat/ its peer-compatible routes
   worker/     the worker processes (RQ, one jail slot each)
   broker/     Redis + RQ, shared by the API and the workers
-  jail/       nsjail and the zygote (zygote.py runs inside the jail, standard library only)
+  jail/       nsjail and the zygote (jail/inside/ runs inside the jail, standard library only)
   local/      processes on this host: `rl-sandbox up`, private Redis, child processes
   bench/      `rl-sandbox bench`
 """
@@ -14,6 +14,7 @@ sandbox_service/
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,11 +68,72 @@ def test_only_the_jail_folder_runs_nsjail() -> None:
     assert outside == []
 
 
-@pytest.mark.parametrize("module", ["zygote.py", "protocol.py"])
-def test_the_zygote_imports_only_the_standard_library(module: str) -> None:
-    # zygote.py imports protocol.py relatively (by path, inside the jail): not counted here.
-    names = _imports(ROOT / "jail" / module)
-    assert not [n for n in names if n.split(".")[0] in ("sandbox_service", "redis", "rq", "nsjail")]
+INSIDE = ROOT / "jail" / "inside"
+JAILED_STACK = {"numpy", "scipy", "sympy", "mpmath", "matplotlib"}
+"""The scientific stack of the jail's interpreter, which the warm zygote preloads and exercises."""
+JAILED_ON_DEMAND = {"packaging"}
+"""Dependencies of the service that a cell's `!pip install` answer imports when it needs them
+(pip_answer.py: pip's own version specifiers), never the zygote."""
+
+
+def _inside_imports(path: Path) -> tuple[set[str], set[str]]:
+    """The absolute module names `path` imports, and the siblings it imports relatively."""
+    absolute: set[str] = set()
+    siblings: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            absolute.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            absolute.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            siblings.update([node.module] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.ImportFrom):
+            siblings.add("." * node.level + (node.module or ""))  # above inside/: never allowed
+    return absolute, siblings
+
+
+@pytest.mark.parametrize("path", sorted(INSIDE.glob("*.py")), ids=lambda path: path.name)
+def test_the_in_jail_program_imports_only_the_standard_library_and_its_siblings(
+    path: Path,
+) -> None:
+    absolute, siblings = _inside_imports(path)
+    outside_stdlib = [
+        n
+        for n in absolute
+        if n.split(".")[0]
+        not in sys.stdlib_module_names | JAILED_STACK | JAILED_ON_DEMAND | {"__future__"}
+    ]
+    assert outside_stdlib == []
+    modules = {p.stem for p in INSIDE.glob("*.py")}
+    assert siblings <= modules, siblings - modules
+
+
+def _names_of_inside_modules(path: Path) -> set[str]:
+    """The modules of jail/inside/ that `path` (outside it) imports, by any form of import."""
+    package = "sandbox_service." + ".".join(path.parent.relative_to(ROOT).parts)
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            named.update(f"{base}.{alias.name}" for alias in node.names)
+            named.add(base)
+    prefix = "sandbox_service.jail.inside."
+    return {n.removeprefix(prefix).split(".")[0] for n in named if n.startswith(prefix)}
+
+
+def test_the_worker_side_imports_only_the_protocol_of_the_in_jail_program() -> None:
+    crossing = {
+        path.relative_to(ROOT).as_posix(): sorted(names - {"protocol"})
+        for path in sorted(ROOT.rglob("*.py"))
+        if INSIDE not in path.parents and (names := _names_of_inside_modules(path)) - {"protocol"}
+    }
+    assert crossing == {}
 
 
 def test_the_core_imports_no_process_folder() -> None:

@@ -24,15 +24,21 @@ STATS = WorkerStats(
 )
 
 
-def _exposition() -> str:
+def _metrics() -> Metrics:
     metrics = Metrics()
     metrics.observe_result({"status": "ok", "queue_time": 0.01, "wall_time": 0.002}, "default")  # type: ignore[typeddict-item]
-    metrics.http_responses.labels("/execute", "200", "default").inc()
-    metrics.rejected.labels("queue_full", "default").inc()
+    metrics.respond("/execute", 200, "default")
+    metrics.respond("/execute", 401, "")
+    metrics.observe_result({"status": "error", "queue_time": 0.01, "wall_time": 0.1}, "other")  # type: ignore[typeddict-item]
+    metrics.reject("queue_full", "default")
     metrics.request_duration.labels("/execute").observe(0.01)
     metrics.scraped.lost_job_retries = 2
     metrics.scraped.workers = {"host:0:10": STATS, "host:1:11": WorkerStats(started_at=1.0)}
-    return metrics.render().decode()
+    return metrics
+
+
+def _exposition() -> str:
+    return _metrics().render().decode()
 
 
 def test_every_family_keeps_the_naming_conventions() -> None:
@@ -97,3 +103,17 @@ def test_worker_stats_round_trip_their_encoding() -> None:
 )
 def test_a_malformed_record_is_ignored(text: str) -> None:
     assert WorkerStats.from_json(text) is None
+
+
+def test_the_open_exposition_names_no_tenant_and_the_keyed_one_one_or_all() -> None:
+    metrics = _metrics()
+    text = metrics.render().decode()
+    assert "tenant" not in text and "default" not in text and "other" not in text
+    assert total(text, "rl_sandbox_executions_total", status="ok") == 1
+    everyone = metrics.tenants.render(None).decode()
+    other = metrics.tenants.render("other").decode()
+    assert convention_problems(everyone) == []
+    assert total(everyone, "rl_sandbox_tenant_executions_total", tenant="default") == 1
+    assert total(everyone, "rl_sandbox_tenant_http_responses_total", tenant="") == 1
+    assert total(other, "rl_sandbox_tenant_executions_total", tenant="other") == 1
+    assert 'tenant="default"' not in other and 'tenant=""' not in other

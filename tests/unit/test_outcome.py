@@ -11,6 +11,8 @@ from sandbox_service.jail.capture import CappedBuffer
 from sandbox_service.jail.outcome import RawOutcome, classify
 
 MEM = Status.MEMORY_LIMIT
+ERR = Status.ERROR
+ENOMEM_LINE = "OSError: [Errno 12] Cannot allocate memory"
 
 
 @pytest.mark.parametrize(
@@ -36,6 +38,10 @@ MEM = Status.MEMORY_LIMIT
         # An uncaught MemoryError that ended the program (the runner's record), wherever its peak.
         (RawOutcome(1, None, False, False, "MemoryError\n", False, 12.0, 256, True), MEM),
         (RawOutcome(0, None, False, False, "", False, 12.0, 256, True), Status.OK),
+        # A tmpfs write refused at the limit without an OOM kill (ENOMEM from the system call).
+        (RawOutcome(1, None, False, False, f"Traceback...\n{ENOMEM_LINE}\n", False, 72.6, 64), MEM),
+        (RawOutcome(1, None, False, False, f"{ENOMEM_LINE}\n", False, 12.0, 64), ERR),
+        (RawOutcome(1, None, False, False, "OSError: [Errno 28] No space", False, 64, 64), ERR),
         (RawOutcome(None, signal.SIGKILL, True, True), Status.TIMEOUT),
     ],
 )

@@ -143,20 +143,46 @@ def test_cell_lines_main_result_and_figures() -> None:
     assert len(lines) == 4
 
 
+def test_cell_lines_main_result_with_rich_representations() -> None:
+    value = {
+        "text/plain": "   a\n0  1",
+        "text/html": "<table></table>",
+        "text/latex": "$a$",
+        "application/json": '{"a": [1]}',
+    }
+    result = _result(stdout="   a\n0  1\n", display=[value])
+    [_, main] = interpreter.cell_lines(result, 1, 7)
+    assert main == {
+        "type": "result",
+        "is_main_result": True,
+        "text": "   a\n0  1",
+        "html": "<table></table>",
+        "latex": "$a$",
+        "json": {"a": [1]},
+    }
+
+
 def test_cell_lines_error_and_failures() -> None:
-    traceback = ["Traceback (most recent call last):\n", "ValueError: bad\n"]
+    traceback = [
+        "Traceback (most recent call last):\n",
+        '  File "<cell>", line 2, in <module>\n',
+        "ValueError: bad\n",
+    ]
     failed = _result(
         status="error",
         stderr="warn\n" + "".join(traceback),
         error={"ename": "ValueError", "evalue": "bad", "traceback": traceback},
     )
-    lines = interpreter.cell_lines(failed, 1, 0)
+    lines = interpreter.cell_lines(failed, 1, 0, "print('warn')\nraise ValueError('bad')")
     assert {"type": "stderr", "text": "warn\n", "timestamp": 0} in lines
     assert lines[-1] == {
         "type": "error",
         "name": "ValueError",
         "value": "bad",
-        "traceback": "".join(traceback),
+        "traceback": "-" * 75
+        + "ValueError                                Traceback (most recent call last)"
+        + "Cell In[1], line 2\n      1 print('warn')\n----> 2 raise ValueError('bad')\n"
+        + "ValueError: bad",
     }
     timeout = interpreter.cell_lines(_result(status="timeout", stderr="killed at 30 s"), 2, 0)
     assert timeout[-1]["name"] == "TimeoutError"

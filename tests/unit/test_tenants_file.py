@@ -93,6 +93,17 @@ def test_the_api_refuses_to_start_on_a_bad_file_naming_the_field(tmp_path: Path)
     assert "Traceback" not in proc.stderr
 
 
+def test_the_operator_key_is_refused_when_it_is_a_tenants_key(tmp_path: Path) -> None:
+    good = tmp_path / "tenants.toml"
+    good.write_text(TWO)
+    assert len(Settings(tenants_file=good, operator_key="ops").credentials()) == 2
+    with pytest.raises(TenantsFileError, match="operator_key") as raised:
+        Settings(tenants_file=good, operator_key="key-a").credentials()
+    assert "key-a" not in str(raised.value)
+    with pytest.raises(TenantsFileError, match="operator_key"):
+        Settings(api_key="k", operator_key="k").credentials()
+
+
 def test_a_single_key_is_the_default_tenant_and_no_key_an_open_server() -> None:
     (credential,) = Settings(api_key="k").credentials()
     assert (credential.key, credential.tenant) == (b"k", DEFAULT_TENANT)

@@ -51,5 +51,5 @@ def test_a_queue_deadline_the_api_would_outwait_clients_by_is_refused() -> None:
     with pytest.raises(ValidationError, match="client_response_margin_s"):
         Settings(queue_deadline_s=200.0)
     with pytest.raises(ValidationError, match="a C\\+\\+ compile"):
-        Settings(cpp_compile_timeout_s=100.0)
+        Settings(compile_timeout_s=100.0)
     assert Settings(queue_deadline_s=200.0, client_response_margin_s=300.0).queue_deadline_s == 200

@@ -1,4 +1,4 @@
-"""zygote.fork_lean: fork(2) without CPython's at-fork work, only where that is sound."""
+"""inside/libc.py fork_lean: fork(2) without CPython's at-fork work, only where that is sound."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ def test_a_lean_child_is_a_working_interpreter_of_its_own() -> None:
     out = run_python(
         """
         import os, threading
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import libc
         r, w = os.pipe()
-        pid = zygote.fork_lean()
+        pid = libc.fork_lean()
         if pid == 0:
             t = threading.Thread(target=lambda: None)
             t.start()
@@ -31,11 +31,11 @@ def test_with_a_second_thread_it_is_os_fork() -> None:
     out = run_python(
         """
         import os, threading
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import libc
         stop = threading.Event()
         threading.Thread(target=stop.wait).start()
         r, w = os.pipe()
-        pid = zygote.fork_lean()
+        pid = libc.fork_lean()
         if pid == 0:
             os.write(w, str(threading.active_count()).encode())
             os._exit(0)

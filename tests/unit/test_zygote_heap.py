@@ -33,11 +33,11 @@ def test_immortalizing_the_heap_keeps_none_of_its_own_bookkeeping() -> None:
         ANONYMOUS_MIB
         + textwrap.dedent("""
         import gc
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import heap as jail_heap
         heap = [(str(i), i * 2**40) for i in range(300_000)]
         gc.collect()
         before = anonymous_mib()
-        changed = zygote.immortalize_heap()
+        changed = jail_heap.immortalize_heap()
         gc.collect()
         print(changed, anonymous_mib() - before)
         """)
@@ -53,7 +53,7 @@ def test_code_constants_and_nested_code_are_made_immortal() -> None:
     out = run_python(
         """
         import sys
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import heap as jail_heap
         def outer():
             def inner():
                 return 2.5
@@ -61,7 +61,7 @@ def test_code_constants_and_nested_code_are_made_immortal() -> None:
         nested = next(c for c in outer.__code__.co_consts if hasattr(c, "co_code"))
         objects = [outer.__code__.co_consts, outer.__code__.co_consts[1], nested,
                    nested.co_consts[1], outer.__code__.co_linetable]
-        zygote.immortalize_heap()
+        jail_heap.immortalize_heap()
         print(*(sys.getrefcount(o) for o in objects))
         """
     )
@@ -73,13 +73,13 @@ def test_after_the_fill_new_objects_stay_off_the_pages_of_old_ones() -> None:
     # there, a copy-on-write fault for a few objects per page.
     out = run_python(
         """
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import heap as jail_heap
         def fresh_share(fill):
             live = [bytes(100) for _ in range(20_000)]
             freed_pages = {id(b) >> 12 for b in live[::2]}
             del live[::2]
             if fill:
-                zygote.fill_allocator()
+                jail_heap.fill_allocator()
             new = [bytes(100) for _ in range(5_000)]
             return sum((id(b) >> 12) not in freed_pages for b in new) / len(new), live
         unfilled, keep = fresh_share(fill=False)
@@ -95,8 +95,8 @@ def test_after_the_fill_new_objects_stay_off_the_pages_of_old_ones() -> None:
 def test_the_allocator_report_is_read() -> None:
     out = run_python(
         """
-        from sandbox_service.jail import zygote
-        stats = zygote._allocator_stats()
+        from sandbox_service.jail.inside import heap as jail_heap
+        stats = jail_heap._allocator_stats()
         assert stats is not None
         free_blocks, unused_pools = stats
         print(sorted(free_blocks) == list(range(16, 513, 16)), unused_pools >= 0)
@@ -124,11 +124,11 @@ def test_arenas_taken_inside_lie_in_the_heap_mapping_and_the_default_comes_back(
         + HEAP_MAPPING
         + textwrap.dedent("""
         import sys
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import heap as jail_heap
         sys.setrecursionlimit(10_000)
         def deep(n):  # frames beyond the first chunks of the frame stack, taken there too
             return 0 if n == 0 else 1 + deep(n - 1)
-        with zygote.contiguous_arenas() as taken:
+        with jail_heap.contiguous_arenas() as taken:
             inside = [bytes(100) for _ in range(200_000)]
             deep(5_000)
         after = [bytes(100) for _ in range(100_000)]
@@ -153,11 +153,11 @@ def test_the_heap_walk_visits_every_reachable_object_once() -> None:
     out = run_python(
         """
         import gc
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import heap as jail_heap
         untracked = "a string only a tuple holds " + str(12345)
         holder = [(untracked, 10**40)]
         gc.collect()
-        walked = [id(obj) for obj in zygote.heap_objects()]
+        walked = [id(obj) for obj in jail_heap.heap_objects()]
         print(len(walked) == len(set(walked)), id(untracked) in walked, id(holder[0][1]) in walked)
         """
     )
@@ -165,7 +165,7 @@ def test_the_heap_walk_visits_every_reachable_object_once() -> None:
 
 
 def test_the_address_bitmap_tells_apart_objects_16_bytes_apart() -> None:
-    from sandbox_service.jail.zygote import _AddressBitmap
+    from sandbox_service.jail.inside.heap import _AddressBitmap
 
     seen = _AddressBitmap()
     addresses = [0x7F00_0000_0000 + 16 * i for i in range(1000)] + [0x5555_0000_0010, 1 << 20]
@@ -182,7 +182,7 @@ def test_the_interpreters_code_moves_onto_huge_pages_byte_for_byte() -> None:
     out = run_python(
         textwrap.dedent("""
         import ctypes
-        from sandbox_service.jail import zygote
+        from sandbox_service.jail.inside import heap as jail_heap
         def file_mappings():
             rows = []
             with open("/proc/self/maps") as f:
@@ -192,9 +192,9 @@ def test_the_interpreters_code_moves_onto_huge_pages_byte_for_byte() -> None:
                         low, high = (int(x, 16) for x in fields[0].split("-"))
                         rows.append((low, high, int(fields[2], 16), fields[5]))
             return rows
-        ranges = zygote._interpreter_code_ranges()
+        ranges = jail_heap._interpreter_code_ranges()
         before = file_mappings()
-        made = zygote.interpreter_code_on_huge_pages()
+        made = jail_heap.interpreter_code_on_huge_pages()
         # Each copied byte against the file, through the mapping that held it before.
         same, compared = True, 0
         for start, end in ranges:

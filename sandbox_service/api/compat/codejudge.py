@@ -1,9 +1,11 @@
 """code-judge's wire format (the rStar2-Agent trainer's sandbox), mapped onto ours (pure).
 
 Models follow code-judge 0.0.5 (`app/model.py`) field for field; like code-judge they ignore
-unknown fields. A submission becomes an ExecuteRequest with the server's code-judge limits
-(code-judge has no per-request limits: its MAX_EXECUTION_TIME and MAX_MEMORY are server-wide),
-and an ExecuteResult becomes a SubmissionResult:
+unknown fields. Its types are code-judge's (`python`, `cpp`, `math`) and, for the languages
+code-judge does not run, /execute's names (`java`, `javascript`, `bash`). A submission becomes
+an ExecuteRequest with the server's code-judge limits (code-judge has no per-request limits: its
+MAX_EXECUTION_TIME and MAX_MEMORY are server-wide), and an ExecuteResult becomes a
+SubmissionResult:
 
     our status      run_success  success                        reason          stdout/stderr
     ok              true         expected_output matches         ""              first 1000 chars
@@ -17,8 +19,9 @@ and an ExecuteResult becomes a SubmissionResult:
     deadline_exc.   false        false                           internal_error  null
     type `math`     false        false                           internal_error  null
     (cannot run)    false        false                           invalid_input   stderr says why
-    cpp, compile    false        false                           ""              stderr: g++'s
-    error                                                                        messages, cost 0
+    cpp or java,    false        false                           ""              stderr: the
+    compile error                                                                compiler's
+                                                                                 messages, cost 0
 
 `success` compares stripped stdout with stripped `expected_output` when one is given, as
 code-judge does. Output is cut to code-judge's MAX_STDOUT_ERROR_LENGTH after the comparison, so
@@ -44,8 +47,9 @@ from trainer_client.wire import ExecuteRequest, ExecuteResult, validate_text
 MAX_OUTPUT_CHARS = 1000
 """code-judge's MAX_STDOUT_ERROR_LENGTH: stdout and stderr are cut to this many characters."""
 
-RUNNABLE_TYPES = ("python", "cpp")
-"""Submission types this server runs (`cpp`: g++ -O2 in the jail, as code-judge compiles)."""
+RUNNABLE_TYPES = ("python", "cpp", "java", "javascript", "bash")
+"""Submission types this server runs (`cpp`: g++ -O2 in the jail, as code-judge compiles; the
+languages code-judge lacks under /execute's names for them)."""
 
 FAILING_TYPES = ("math",)
 """Types code-judge's schema accepts but its workers fail on (`internal_error`, cost 0)."""
@@ -66,7 +70,7 @@ class Submission(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)  # unknown fields ignored, as in code-judge
 
     sub_id: str | None = None
-    type: Literal["python", "cpp", "math"]
+    type: Literal["python", "cpp", "java", "javascript", "bash", "math"]
     options: dict[str, str] | None = None
     """Accepted and unused, as in code-judge."""
     solution: str

@@ -1,25 +1,28 @@
 """The E2B code interpreter's wire (e2b >= 2.6, e2b-code-interpreter >= 2.9) onto ours (pure).
 
-A sandbox is a record (owner tenant, timeout, contexts) whose code contexts are sessions of ours;
-its default context's session also holds the files `sandbox.files` writes. Requests arrive on one
-port: the control plane (`/sandboxes`, `/v2/sandboxes`, authenticated by `X-API-KEY`) and the data
-plane, which the SDK marks with `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers (49999: the code
-interpreter's Jupyter server, 49983: envd) and authenticates with the sandbox's access token
-(`X-Access-Token`, or `E2B-Traffic-Access-Token`, which the SDK also sends to `/contexts`).
+A sandbox is a record (owner tenant, timeout, contexts) and one session of ours: its jail holds
+the files `sandbox.files` writes, the commands `sandbox.commands` runs, and one interpreter whose
+namespaces are its code contexts. Requests arrive on one port: the control plane (`/sandboxes`,
+`/v2/sandboxes`, authenticated by `X-API-KEY`) and the data plane, which the SDK marks with
+`E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers (49999: the code interpreter's Jupyter server,
+49983: envd) and authenticates with the sandbox's access token (`X-Access-Token`, or
+`E2B-Traffic-Access-Token`, which the SDK also sends to `/contexts`).
 
     SDK call                    request                          here
     Sandbox.create              POST /v2/sandboxes (/sandboxes)  201 record, a token; no session yet
     kill / set_timeout          DELETE /sandboxes/{id}, POST .../timeout   204; 404 unknown
     get_info / list / connect   GET /sandboxes/{id}, GET /v2/sandboxes, POST .../connect
-    run_code                    POST /execute (49999)            a cell of the context's session,
+    run_code                    POST /execute (49999)            a cell of the sandbox's session
+                                                                 in the context's namespace,
                                                                  streamed as JSON lines
-    *_code_context              /contexts (49999)                one session per context
+    *_code_context              /contexts (49999)                a namespace per context
     files.write / files.read    POST / GET /files (49983)        a cell with files / fetch_files
+    files.list, commands.* ...  POST /filesystem.Filesystem/*,   envd's Connect RPC: cells that
+                                POST /process.Process/*          run e2b_inside.py (e2b_rpc.py)
     is_running                  GET /health (49983)              204 while the record lives
 
-Everything else of envd (commands, pty, watch, list...) is Connect RPC and refused (404,
-Connect's `unimplemented`). This module holds the routing, the keys and the control plane;
-e2b_interpreter.py the code interpreter's and envd's files' mapping.
+This module holds the routing, the keys and the control plane; e2b_interpreter.py the code
+interpreter's and envd's files' mapping, e2b_envd.py envd's Connect RPC.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import json
 import posixpath
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -27,6 +27,7 @@ from sandbox_service.api.compat.e2b import (
     json_object,
     string_map,
 )
+from sandbox_service.api.compat.e2b_traceback import ipython_traceback
 from sandbox_service.execution import Status
 from trainer_client.wire import ExecuteResult
 
@@ -103,19 +104,25 @@ def new_context_id() -> str:
     return secrets.token_hex(8)
 
 
-def cell_lines(result: ExecuteResult, execution_count: int, now_ns: int) -> list[dict[str, Any]]:
+def cell_lines(
+    result: ExecuteResult,
+    execution_count: int,
+    now_ns: int,
+    source: str = "",
+    earlier: Sequence[tuple[int, str]] = (),
+) -> list[dict[str, Any]]:
     """The stream lines of one finished cell, before `end_of_execution`: its count, stdout and
-    stderr (one chunk each, as brittle consumers expect), results (figures; the last expression
-    as the main result, taken off stdout where the session printed it) and the error."""
+    stderr (one chunk each, as brittle consumers expect), results (displays; the last
+    expression as the main result, taken off stdout where the session printed it) and the
+    error, its traceback as IPython's (`source`: the cell's code)."""
     lines: list[dict[str, Any]] = [
         {"type": "number_of_executions", "execution_count": execution_count}
     ]
     status = Status(result.status)
     stdout, stderr = result.stdout, result.stderr
-    values = [item["text/plain"] for item in result.display if list(item) == ["text/plain"]]
-    main = values[-1] if values and status is Status.OK else None
-    if main is not None:
-        stdout = stdout.removesuffix(main + "\n")
+    main = _main_result(result) if status is Status.OK else -1
+    if main >= 0:
+        stdout = stdout.removesuffix(result.display[main]["text/plain"] + "\n")
     if result.error is not None:
         stderr = stderr.removesuffix("".join(result.error.traceback))
     if stdout:
@@ -123,29 +130,77 @@ def cell_lines(result: ExecuteResult, execution_count: int, now_ns: int) -> list
     if stderr and status in (Status.OK, Status.ERROR):
         lines.append({"type": "stderr", "text": stderr, "timestamp": now_ns})
     for index, item in enumerate(result.display):
-        lines.append(_result_line(item, is_main=main is not None and index == _last_value(result)))
-    error = _error_line(result)
+        lines.append(result_line(item, is_main=index == main))
+    error = _error_line(result, source, execution_count, earlier)
     if error is not None:
         lines.append(error)
     return lines
 
 
-def _last_value(result: ExecuteResult) -> int:
-    indexes = [i for i, item in enumerate(result.display) if list(item) == ["text/plain"]]
-    return indexes[-1] if indexes else -1
+def _main_result(result: ExecuteResult) -> int:
+    """The index of the last expression's display: the last one with text that the session
+    printed last (a figure or an explicit display is not printed), or -1."""
+    for index in range(len(result.display) - 1, -1, -1):
+        text = result.display[index].get("text/plain")
+        if text is not None and result.stdout.endswith(text + "\n"):
+            return index
+    return -1
 
 
-def _result_line(item: Mapping[str, str], is_main: bool) -> dict[str, Any]:
+MIME_FIELDS = {
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
+}
+"""E2B's result field of each MIME type (`template/server/api/models/result.py`); any other
+type goes to `extra`."""
+
+
+def plain_text(text: str) -> str:
+    """E2B's `text`: the repr of a string loses its quotes, single or double."""
+    if text and (
+        (text.startswith("'") and text.endswith("'"))
+        or (text.startswith('"') and text.endswith('"'))
+    ):
+        return text[1:-1]
+    return text
+
+
+def result_line(item: Mapping[str, str], is_main: bool) -> dict[str, Any]:
+    """A `result` line of a display bundle."""
     line: dict[str, Any] = {"type": "result", "is_main_result": is_main}
-    text = item.get("text/plain")
-    if text is not None:
-        line["text"] = text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
-    if "image/png" in item:
-        line["png"] = item["image/png"]
-    extra = {k: v for k, v in item.items() if k not in ("text/plain", "image/png")}
+    extra: dict[str, Any] = {}
+    for mime, value in item.items():
+        if mime == "text/plain":
+            line["text"] = plain_text(value)
+        elif mime in MIME_FIELDS:
+            line[MIME_FIELDS[mime]] = (
+                _json_value(value) if mime.endswith(("json", "data", "chart")) else value
+            )
+        else:
+            extra[mime] = value
     if extra:
         line["extra"] = extra
     return line
+
+
+def _json_value(value: object) -> object:
+    """A JSON bundle's value is an object in Jupyter's messages; the cell machinery may carry it
+    as its JSON text."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    return value
 
 
 _FAILURES = {
@@ -157,16 +212,16 @@ _FAILURES = {
 }
 
 
-def _error_line(result: ExecuteResult) -> dict[str, Any] | None:
+def _error_line(
+    result: ExecuteResult, source: str, count: int, earlier: Sequence[tuple[int, str]]
+) -> dict[str, Any] | None:
     status = Status(result.status)
     if result.error is not None:
         error = result.error
-        return {
-            "type": "error",
-            "name": error.ename,
-            "value": error.evalue,
-            "traceback": "".join(error.traceback),
-        }
+        shown = ipython_traceback(
+            error.ename, error.evalue, error.traceback, source, count, earlier
+        )
+        return {"type": "error", "name": error.ename, "value": error.evalue, "traceback": shown}
     if status in _FAILURES:
         name, why = _FAILURES[status]
         detail = f"{why}; its variables are those of the cells before it"

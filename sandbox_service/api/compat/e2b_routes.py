@@ -15,7 +15,6 @@ what the SDK reads as "not running" (`is_running() is False`, `TimeoutException`
 from __future__ import annotations
 
 import hmac
-import json
 import time
 from urllib.parse import parse_qs
 
@@ -25,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from sandbox_service.api.compat import e2b
 from sandbox_service.api.compat.asgi_io import read_body, send_bytes, send_json, send_text
 from sandbox_service.api.compat.e2b import ApiError, SandboxRecord, Target
+from sandbox_service.api.compat.e2b_rpc import EnvdRpc
 from sandbox_service.api.compat.e2b_sandbox import SandboxPlane
 from sandbox_service.api.compat.e2b_store import SandboxStore
 from sandbox_service.api.context import ApiContext
@@ -42,6 +42,7 @@ class E2bWire:
         self._ctx = ctx
         self._store = SandboxStore(ctx.dispatcher.redis, ctx.settings.queue_name)
         self._plane = SandboxPlane(ctx, self._store)
+        self._rpc = EnvdRpc(self._plane, ctx.settings.max_output_bytes)
         self._max_timeout_s = ctx.settings.session_ttl_s
         self._tenants = {t.name: t for t in ctx.settings.tenants()}
 
@@ -79,7 +80,8 @@ class E2bWire:
         if action == "" and method == "GET":
             await send_json(send, 200, e2b.detail_body(record, self._plane.memory_mb))
         elif action == "" and method == "DELETE":
-            await self._plane.end_sessions(record, await self._store.delete(record))
+            await self._store.delete(record)
+            await self._plane.end_sandbox(record)
             await send_bytes(send, 204)
         elif action in ("timeout", "connect") and method == "POST":
             default = None if action == "timeout" else int(record.end_at - time.time()) + 1
@@ -103,7 +105,7 @@ class E2bWire:
             await _error(send, spec)
             return
         if await self._ctx.dispatcher.queue_depth() >= self._ctx.settings.max_queue_depth:
-            self._ctx.metrics.rejected.labels("queue_full").inc()
+            self._ctx.metrics.reject("queue_full", tenant_var.get().name)
             await _error(send, ApiError(429, "the queue is full; retry later"))
             return
         limit = self._ctx.settings.e2b_max_sandboxes
@@ -198,19 +200,13 @@ class E2bWire:
             else:
                 content_type = headers.get(b"content-type", b"").decode("latin-1")
                 await plane.write(receive, send, record, content_type, file_path)
+        elif target.port == e2b.ENVD_PORT and "." in path.split("/")[1]:
+            # envd's Connect RPC: filesystem.Filesystem/* and process.Process/* (commands)
+            headers = dict(scope["headers"])
+            await self._rpc.serve(method, path, headers, receive, send, record)
         else:
             await self._refuse(send, target, method, path)
 
     async def _refuse(self, send: Send, target: Target, method: str, path: str) -> None:
-        if target.port == e2b.ENVD_PORT and "." in path.split("/")[1]:
-            # envd's Connect RPC (process.Process/*: commands and pty; filesystem.Filesystem/*):
-            # HTTP 404 is Connect's `unimplemented`.
-            message = (
-                f"{path} is not served: this sandbox runs Python cells in a jail with no shell "
-                "(commands, pty) and serves only files.read and files.write of envd"
-            )
-            body = json.dumps({"code": "unimplemented", "message": message}).encode()
-            await send_bytes(send, 404, body)
-            return
         message = f"{method} {path} on port {target.port} is not served by this sandbox"
         await send_json(send, 404, {"message": message, "code": 404})

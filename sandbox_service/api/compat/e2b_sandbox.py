@@ -1,8 +1,10 @@
 """An E2B sandbox's data plane (ASGI I/O of e2b_interpreter.py): `run_code` as a streamed cell of
-a context's session, the contexts, and envd's files, each a cell on our dispatcher.
+the sandbox's session, the contexts, and envd's files, each a cell on our dispatcher.
 
-A context is a session of ours named `scoped(owner, "e2b-<sandbox>-<context>")`; the default
-context's session also holds the files `sandbox.files` writes and reads.
+A sandbox is one session of ours, `scoped(owner, "e2b-<sandbox>")`: one jail, one filesystem,
+one interpreter. Its code contexts are namespaces of that interpreter (e2b_inside.py keeps the
+others aside while one runs), so every context sees the files `sandbox.files` writes and the
+commands leave.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import Any
 
 from redis.exceptions import RedisError
 from starlette.types import Receive, Send
 
+from sandbox_service.api.answers import send_bytes_counted
+from sandbox_service.api.compat import e2b_envd as envd
 from sandbox_service.api.compat import e2b_interpreter as interpreter
 from sandbox_service.api.compat.asgi_io import (
     disconnected,
@@ -36,12 +41,13 @@ from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.jobs import JobPayload
 from sandbox_service.logs import request_id_var
-from sandbox_service.tenancy import Tenant, scoped
+from sandbox_service.tenancy import Tenant, scoped, tenant_var
 from trainer_client.wire import ExecuteResult
 
 log = logging.getLogger(__name__)
 
 ROUTE = "/e2b"
+LOCK_MARGIN_S = 30.0
 """The route label of E2B cells in the API's metrics."""
 CELL_MEMORY_MB = 1024
 
@@ -56,31 +62,42 @@ class SandboxPlane:
         """A cell's memory limit (also reported as the sandbox's `memoryMB`)."""
 
     @staticmethod
-    def _session(record: SandboxRecord, context_id: str) -> str:
-        return scoped(Tenant(record.tenant), f"e2b-{record.sandbox_id}-{context_id}")
+    def _session(record: SandboxRecord) -> str:
+        return scoped(Tenant(record.tenant), f"e2b-{record.sandbox_id}")
 
-    async def _end_session(self, session_id: str) -> None:
+    def _lock(self, sandbox_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The sandbox's lock for a context's switch and its cell (a switch cell, an `envs`
+        cell and the cell itself, each up to `max_timeout`, and margin)."""
+        return self._store.locked(sandbox_id, 3 * self._ctx.settings.max_timeout + LOCK_MARGIN_S)
+
+    async def end_sandbox(self, record: SandboxRecord) -> None:
+        """End a killed sandbox's session: its jail, its files, its commands."""
         with contextlib.suppress(Overloaded, Unavailable, RedisError, OSError):
-            await self._ctx.dispatcher.end_session(session_id, request_id_var.get())
+            await self._ctx.dispatcher.end_session(self._session(record), request_id_var.get())
 
-    async def end_sessions(self, record: SandboxRecord, context_ids: list[str]) -> None:
-        """End the sessions of a killed sandbox's contexts."""
-        for context_id in context_ids:
-            await self._end_session(self._session(record, context_id))
-
-    async def _cell(
-        self, record: SandboxRecord, context_id: str, code: str, **extra: Any
+    async def cell(
+        self, record: SandboxRecord, code: str, timeout_s: float | None = None, **extra: Any
     ) -> ExecuteResult:
+        """One cell of the sandbox's session."""
         payload = JobPayload(
             code=code,
-            timeout_s=self._ctx.settings.max_timeout,
+            timeout_s=min(timeout_s or math.inf, self._ctx.settings.max_timeout),
             memory_mb=self.memory_mb,
-            session_id=self._session(record, context_id),
+            session_id=self._session(record),
             request_id=request_id_var.get(),
+            keep_processes=True,  # an E2B sandbox's processes live on, as on its VM
             **extra,
         )
         (result,) = await self._ctx.run([payload], ROUTE)
         return ExecuteResult.model_validate(result)
+
+    async def op(
+        self, record: SandboxRecord, args: dict[str, Any], timeout_s: float | None = None
+    ) -> tuple[dict[str, Any] | None, ExecuteResult]:
+        """Run one e2b_inside.py op in the sandbox: its answer (None: the cell did not finish
+        it) and the cell's result."""
+        result = await self.cell(record, envd.op_cell(args), timeout_s)
+        return (envd.parse_answer(result.stdout) if result.status == "ok" else None), result
 
     # --- the code interpreter ------------------------------------------------------------------
 
@@ -98,22 +115,31 @@ class SandboxPlane:
             return
         env_vars = {**record.env_vars, **cell.env_vars}
         running = asyncio.create_task(self._run(record, cell.context_id, cell.code, env_vars))
-        await self._stream(running, receive, send, record.sandbox_id, cell.context_id)
+        await self._stream(running, receive, send, record, cell)
 
     async def _run(
         self, record: SandboxRecord, context_id: str, code: str, env_vars: dict[str, str]
     ) -> ExecuteResult:
+        if context_id == DEFAULT_CONTEXT and not await self._store.has_contexts(record.sandbox_id):
+            return await self._cells(record, code, env_vars)  # one namespace: nothing to switch
+        async with self._lock(record.sandbox_id):
+            await self.cell(record, envd.op_cell(envd.context_op(context_id)))
+            return await self._cells(record, code, env_vars)
+
+    async def _cells(
+        self, record: SandboxRecord, code: str, env_vars: dict[str, str]
+    ) -> ExecuteResult:
         if env_vars:
-            await self._cell(record, context_id, interpreter.env_cell(env_vars))
-        return await self._cell(record, context_id, code)
+            await self.cell(record, interpreter.env_cell(env_vars))
+        return await self.cell(record, code)
 
     async def _stream(
         self,
         running: asyncio.Task[ExecuteResult],
         receive: Receive,
         send: Send,
-        sandbox_id: str,
-        context_id: str,
+        record: SandboxRecord,
+        cell: interpreter.Cell,
     ) -> None:
         """Answer a cell: a refusal before the stream starts is an HTTP status (429, 503); after
         KEEPALIVE_S without an answer the stream starts with a keepalive line, one more follows
@@ -146,7 +172,7 @@ class SandboxPlane:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await running
                     return
-            lines = await self._finished_lines(running, sandbox_id, context_id)
+            lines = await self._finished_lines(running, record, cell)
             await send({"type": "http.response.body", "body": lines + interpreter.END})
         except asyncio.CancelledError:
             running.cancel()
@@ -155,7 +181,7 @@ class SandboxPlane:
             left.cancel()
 
     async def _finished_lines(
-        self, running: asyncio.Task[ExecuteResult], sandbox_id: str, context_id: str
+        self, running: asyncio.Task[ExecuteResult], record: SandboxRecord, cell: interpreter.Cell
     ) -> bytes:
         error = running.exception()
         if error is not None:
@@ -163,13 +189,18 @@ class SandboxPlane:
             value = str(error)
             line = {"type": "error", "name": name, "value": value, "traceback": f"{name}: {value}"}
             return interpreter.encode_lines([line])
-        count = await self._store.count_cell(sandbox_id, context_id)
-        lines = interpreter.cell_lines(running.result(), count, time.time_ns())
+        result = running.result()
+        count = await self._store.count_cell(record.sandbox_id, cell.context_id)
+        earlier = []
+        if result.error is not None:
+            earlier = await self._store.cells(record.sandbox_id, cell.context_id)
+        lines = interpreter.cell_lines(result, count, time.time_ns(), cell.code, earlier)
+        await self._store.record_cell(record, cell.context_id, count, cell.code)
         return interpreter.encode_lines(lines)
 
     async def _refused(self, send: Send, error: BaseException | None) -> None:
         if isinstance(error, Overloaded):
-            self._ctx.metrics.rejected.labels("queue_full").inc()
+            self._ctx.metrics.reject("queue_full", tenant_var.get().name)
             await send_text(send, 429, f"{error}; retry later")
         elif isinstance(error, Unavailable | RedisError | OSError):
             await send_text(send, 503, str(error))
@@ -200,17 +231,25 @@ class SandboxPlane:
         if context_id not in contexts:
             await send_text(send, 404, f"context {context_id[:64]} not found")
             return
-        session = self._session(record, context_id)
         if len(rest) == 1 and method == "DELETE":
             await self._store.remove_context(record.sandbox_id, context_id)
-            await self._end_session(session)
+            await self._forget_namespace(record, context_id, drop=True)
             await send_bytes(send, 204)
         elif rest[1:] == ["restart"] and method == "POST":
-            await self._end_session(session)
+            await self._forget_namespace(record, context_id)
             await self._store.reset_context(record.sandbox_id, context_id)
             await send_bytes(send, 204)
         else:
             await send_text(send, 405, "method not allowed")
+
+    async def _forget_namespace(
+        self, record: SandboxRecord, context_id: str, drop: bool = False
+    ) -> None:
+        """A restarted or removed context's variables are gone (the sandbox's files stay)."""
+        forget = envd.context_op(context_id, reset=True, drop=drop)
+        with contextlib.suppress(Overloaded, Unavailable):
+            async with self._lock(record.sandbox_id):
+                await self.cell(record, envd.op_cell(forget))
 
     # --- envd's files --------------------------------------------------------------------------
 
@@ -264,15 +303,20 @@ class SandboxPlane:
             await send_json(send, 404, {"message": why, "code": 404})
             return
         data = interpreter.decode_file(result.files[target])
-        await send_bytes(send, 200, data, "application/octet-stream")
+        del result  # its base64 copy: only the bytes are held while the client reads them
+        refused = await send_bytes_counted(
+            send, data, "application/octet-stream", self._ctx.answers
+        )
+        if refused is not None:
+            await send_json(send, 503, {"message": refused, "code": 503})
 
     async def _file_cell(
         self, send: Send, record: SandboxRecord, **extra: Any
     ) -> ExecuteResult | None:
         try:
-            return await self._cell(record, DEFAULT_CONTEXT, "", **extra)
+            return await self.cell(record, "", **extra)
         except Overloaded as exc:
-            self._ctx.metrics.rejected.labels("queue_full").inc()
+            self._ctx.metrics.reject("queue_full", tenant_var.get().name)
             await send_json(send, 429, {"message": f"{exc}; retry later", "code": 429})
         except Unavailable as exc:
             await send_json(send, 503, {"message": str(exc), "code": 503})

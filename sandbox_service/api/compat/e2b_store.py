@@ -8,12 +8,25 @@ bounds every sandbox timeout, so a sandbox never outlives its sessions' state.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
+import json
 import math
+import secrets
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from sandbox_service import keys
 from sandbox_service.api.compat.e2b import DEFAULT_CONTEXT, SandboxRecord
+
+KEPT_CELLS = 32
+KEPT_SOURCE_CHARS = 16384
+
+
+LOCK_POLL_S = 0.02
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"
 
 
 class SandboxStore:
@@ -53,7 +66,11 @@ class SandboxStore:
         """Forget the sandbox; the ids of its contexts (whose sessions the caller ends)."""
         contexts = await self.contexts(record.sandbox_id)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key(record.sandbox_id), self._contexts(record.sandbox_id))
+            pipe.delete(
+                self._key(record.sandbox_id),
+                self._contexts(record.sandbox_id),
+                *(keys.e2b_cells(self._queue, record.sandbox_id, c) for c in contexts),
+            )
             pipe.zrem(keys.e2b_owned(self._queue, record.tenant), record.sandbox_id)
             await pipe.execute()
         return list(contexts)
@@ -83,12 +100,31 @@ class SandboxStore:
         raw = await self._redis.hgetall(self._contexts(sandbox_id))
         return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
 
+    @contextlib.asynccontextmanager
+    async def locked(self, sandbox_id: str, hold_s: float) -> AsyncIterator[None]:
+        """Hold the sandbox's lock, across API replicas (a holder that dies frees it after
+        `hold_s`): a context's switch and its cell run back to back."""
+        key, token = keys.e2b_lock(self._queue, sandbox_id), secrets.token_hex(8)
+        for _ in itertools.count():  # polled: Redis tells no waiter when a lock is freed
+            if await self._redis.set(key, token, nx=True, px=math.ceil(hold_s * 1000)):
+                break
+            await asyncio.sleep(LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            await self._redis.eval(_RELEASE, 1, key, token)
+
+    async def has_contexts(self, sandbox_id: str) -> bool:
+        """Whether the sandbox has contexts besides its default one."""
+        return int(await self._redis.hlen(self._contexts(sandbox_id))) > 1
+
     async def add_context(self, record: SandboxRecord, context_id: str) -> None:
         """Record a new context."""
         await self._redis.hsetnx(self._contexts(record.sandbox_id), context_id, 0)
 
     async def remove_context(self, sandbox_id: str, context_id: str) -> bool:
         """Forget a context; whether it existed."""
+        await self._redis.delete(keys.e2b_cells(self._queue, sandbox_id, context_id))
         return bool(await self._redis.hdel(self._contexts(sandbox_id), context_id))
 
     async def count_cell(self, sandbox_id: str, context_id: str) -> int:
@@ -96,5 +132,29 @@ class SandboxStore:
         return int(await self._redis.hincrby(self._contexts(sandbox_id), context_id, 1))
 
     async def reset_context(self, sandbox_id: str, context_id: str) -> None:
-        """A restarted context counts from zero."""
+        """A restarted context counts from zero (and forgets its cells)."""
         await self._redis.hset(self._contexts(sandbox_id), context_id, 0)
+        await self._redis.delete(keys.e2b_cells(self._queue, sandbox_id, context_id))
+
+    async def record_cell(
+        self, record: SandboxRecord, context_id: str, count: int, source: str
+    ) -> None:
+        """Keep a cell's source for the tracebacks of later cells (the last KEPT_CELLS cells of
+        the context, each up to KEPT_SOURCE_CHARS)."""
+        if len(source) > KEPT_SOURCE_CHARS:
+            return
+        key = keys.e2b_cells(self._queue, record.sandbox_id, context_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.lpush(key, json.dumps([count, source]))
+            pipe.ltrim(key, 0, KEPT_CELLS - 1)
+            pipe.pexpireat(key, math.ceil(record.end_at * 1000))
+            await pipe.execute()
+
+    async def cells(self, sandbox_id: str, context_id: str) -> list[tuple[int, str]]:
+        """The context's kept cells, latest first."""
+        raw = await self._redis.lrange(keys.e2b_cells(self._queue, sandbox_id, context_id), 0, -1)
+        kept: list[tuple[int, str]] = []
+        for item in raw:
+            count, source = json.loads(item)
+            kept.append((int(count), str(source)))
+        return kept

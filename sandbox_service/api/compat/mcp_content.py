@@ -9,19 +9,11 @@ from __future__ import annotations
 
 import math
 
+from sandbox_service.api.compat.mcp_handshake import STATELESS_DESCRIPTION, TOOL_DESCRIPTION
 from sandbox_service.execution import Status
 from trainer_client.wire import ExecuteResult
 
-TOOL_DESCRIPTION = (
-    "Run Python 3 code in a sandbox (no network). Variables, imports and files persist between "
-    "calls of this conversation. The output is what the code prints; the value of the last "
-    "expression is printed too; matplotlib figures come back as images."
-)
-STATELESS_DESCRIPTION = (
-    "Run a Python 3 program in a fresh sandbox (no network, nothing kept between calls); "
-    "answers what it prints, its errors, and matplotlib figures as images."
-)
-
+__all__ = ["STATELESS_DESCRIPTION", "TOOL_DESCRIPTION"]
 
 MIN_TOOL_TIMEOUT_S = 0.1
 

@@ -11,12 +11,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from redis.exceptions import RedisError
+from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from sandbox_service.api.context import ApiContext
 from sandbox_service.api.dispatch import Overloaded, Unavailable
 from sandbox_service.jobs import JobPayload
 from sandbox_service.logs import request_id_var
+from sandbox_service.session_shares import share
 from sandbox_service.tenancy import Tenant, configured, scoped, tenant_var
 from trainer_client.wire import ExecuteResult
 
@@ -24,6 +26,8 @@ ROUTE = "/mcp"
 _SSE_SESSION = re.compile(rb"session_id=([0-9a-f]{8,128})")
 """The SSE transport's session id, in the first event it sends (the endpoint to post to)."""
 MEMORY_MB = 1024
+RETRY_AFTER_S = 30
+"""Retry-After of a tenant's new MCP session past its share (sessions close at their DELETE)."""
 
 
 class McpMount:
@@ -32,7 +36,7 @@ class McpMount:
     def __init__(self, ctx: ApiContext) -> None:
         try:
             from sandbox_service.api.compat import mcp_server
-        except ImportError:  # the `mcp` extra is not installed: no /mcp
+        except ImportError:  # an install without the MCP SDK (a base dependency): no /mcp
             self.app: Any = None
             self._server: Any = None
             return
@@ -70,7 +74,22 @@ class McpMount:
 
         self._server = mcp_server.build_server(run, ctx.settings.max_timeout)
         self._ending: set[asyncio.Task[None]] = set()
-        streamable = mcp_server.http_app(self._server)
+        max_sessions = ctx.settings.max_mcp_sessions
+        streamable = mcp_server.http_app(self._server, max_sessions)
+        weights = {t.name: t.weight for t in tenants.values()} if len(tenants) > 1 else {}
+
+        def over_share(tenant: str) -> str | None:
+            """Why `tenant` may not open another streamable-HTTP session now, or None."""
+            allowed = share(max_sessions, weights, tenant) if weights else max_sessions
+            held = mcp_server.open_sessions(self._server, tenant)
+            if held < allowed:
+                return None
+            return (
+                f"this tenant holds {held} open MCP sessions, its share of max_mcp_sessions "
+                f"({max_sessions}) is {allowed}: end one (DELETE /mcp with its mcp-session-id) "
+                "or wait for an idle one to close"
+            )
+
         sse = mcp_server.sse_app(self._server)
 
         def tenant_of(scope: Scope) -> str:
@@ -107,8 +126,14 @@ class McpMount:
                     if opened:
                         end_later(opened[0], scope)
             else:
+                headers = dict(scope["headers"])
+                opening = scope["method"] == "POST" and b"mcp-session-id" not in headers
+                refused = over_share(tenant_of(scope)) if opening else None
+                if refused is not None:
+                    await _too_many_sessions(refused)(scope, receive, send)
+                    return
                 await streamable(scope, receive, send)
-                mcp_session = dict(scope["headers"]).get(b"mcp-session-id")
+                mcp_session = headers.get(b"mcp-session-id")
                 if scope["method"] == "DELETE" and mcp_session is not None:
                     end_later(mcp_session.decode("latin-1"), scope)
 
@@ -122,3 +147,10 @@ class McpMount:
             return
         async with self._server.session_manager.run():
             yield
+
+
+def _too_many_sessions(why: str) -> JSONResponse:
+    """429 in the transport's JSON-RPC error shape (the SDK answers its own process-wide limit
+    so, with 503)."""
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": why}}
+    return JSONResponse(body, status_code=429, headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -1,4 +1,4 @@
-"""An MCP server (the official `mcp` SDK, 2.x, extra `mcp`) with two tools: `python`, stateful (one
+"""An MCP server (the official `mcp` SDK, 2.x) with two tools: `python`, stateful (one
 session of ours per MCP session), and `python_stateless`. Rich outputs come back as MCP image
 content (mcp_content.py says what the text holds).
 
@@ -12,12 +12,9 @@ and run_stdio pass the end on), else `session_ttl_s` after its last call.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
-import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -27,16 +24,15 @@ from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
 
 from sandbox_service import __version__
 from sandbox_service.api.compat import mcp_content
+from sandbox_service.api.compat.mcp_handshake import SERVER_NAME
 from trainer_client.wire import ExecuteResult
 
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 RunCode = Callable[[str, str | None, float, str], Awaitable[ExecuteResult]]
 """(code, session id or None, timeout in seconds, tenant name) -> the result."""
 TENANT_HEADER = "x-rl-sandbox-tenant"
 """Set by compat/wires.py from the request's tenant (a client's own value is dropped)."""
 DEFAULT_TIMEOUT_S = 10.0
-SERVER_NAME = "python"
-"""The server's name: vLLM takes it as the tool namespace, and `python` is the one gpt-oss's
-built-in python tool calls."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,128}")
 
 
@@ -49,11 +45,17 @@ def _content(result: ExecuteResult) -> CallToolResult:
     return CallToolResult(content=blocks, is_error=mcp_content.is_error(result))
 
 
-def build_server(run: RunCode, max_timeout_s: float, process_session: str = "") -> MCPServer:
+def build_server(
+    run: RunCode, max_timeout_s: float, process_session: str = "", log_level: LogLevel = "INFO"
+) -> MCPServer:
     """The MCP server whose tools run code through `run`; `process_session` is the session of
-    a stdio server (its one client)."""
+    a stdio server (its one client). The SDK configures the root logger at `log_level` where
+    nothing did before (a stdio server, whose host shows stderr)."""
     server = MCPServer(
-        name=SERVER_NAME, version=__version__, instructions=mcp_content.TOOL_DESCRIPTION
+        name=SERVER_NAME,
+        version=__version__,
+        instructions=mcp_content.TOOL_DESCRIPTION,
+        log_level=log_level,
     )
 
     def tenant_of(ctx: Context) -> str:
@@ -114,14 +116,22 @@ def tenant_user(tenant: str) -> AuthenticatedUser:
     return AuthenticatedUser(AccessToken(token="", client_id=tenant, scopes=[]))
 
 
-def http_app(server: MCPServer) -> Any:
+def http_app(server: MCPServer, max_sessions: int) -> Any:
     """The streamable-HTTP ASGI app at `/mcp` (its session manager runs in the API's lifespan).
     DNS-rebinding protection is off: the service is reached by name from other hosts, and the
     API key (the Edge) is what guards it."""
     return server.streamable_http_app(
         streamable_http_path="/mcp",
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_sessions=max_sessions,
     )
+
+
+def open_sessions(server: MCPServer, tenant: str) -> int:
+    """Streamable-HTTP sessions `tenant` holds open now: the session manager binds each to the
+    principal that opened it (tenant_user), until its DELETE or its idle timeout."""
+    owners = server.session_manager._session_owners  # the SDK keeps the only record of it
+    return sum(1 for owner in owners.values() if owner["client_id"] == tenant)
 
 
 def sse_app(server: MCPServer) -> Any:
@@ -132,28 +142,3 @@ def sse_app(server: MCPServer) -> Any:
         message_path="/mcp/messages/",
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-
-
-def run_stdio(url: str, api_key: str | None, max_timeout_s: float) -> int:
-    """`rl-sandbox mcp`: the MCP server on stdin/stdout, running code on the service at `url`."""
-    from trainer_client.client import SandboxClient
-
-    async def main() -> None:
-        async with SandboxClient(
-            url, api_key=api_key, server_max_timeout_s=max_timeout_s
-        ) as client:
-
-            async def run(
-                code: str, session: str | None, timeout_s: float, tenant: str
-            ) -> ExecuteResult:
-                return await client.execute(code, timeout=timeout_s, session_id=session)
-
-            session = session_name(uuid.uuid4().hex)
-            try:
-                await build_server(run, max_timeout_s, session).run_stdio_async()
-            finally:  # stdin closed: the one client is gone
-                with contextlib.suppress(Exception):
-                    await client.end_session(session)
-
-    asyncio.run(main())
-    return 0

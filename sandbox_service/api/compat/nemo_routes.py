@@ -54,7 +54,7 @@ class NemoWire:
         try:
             (result,) = await self._ctx.run([payload], ROUTE)
         except Overloaded as exc:
-            self._ctx.metrics.rejected.labels("queue_full").inc()
+            self._ctx.metrics.reject("queue_full", tenant_var.get().name)
             retry = [(b"retry-after", str(self._ctx.settings.retry_after_s).encode())]
             why = f"{exc}; nothing ran, retry later\n"
             await send_json(send, 429, nemo.answer("error", stderr=why), retry)
@@ -106,7 +106,7 @@ class NemoWire:
         try:
             (result,) = await self._ctx.run([payload], openinstruct.PATH)
         except Overloaded as exc:
-            self._ctx.metrics.rejected.labels("queue_full").inc()
+            self._ctx.metrics.reject("queue_full", tenant_var.get().name)
             retry = [(b"retry-after", str(self._ctx.settings.retry_after_s).encode())]
             await send_json(send, 429, openinstruct.answer("", f"{exc}; retry later"), retry)
             return

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
+from sandbox_service.api.answers import AnswerLedger, answer
 from sandbox_service.api.compat.codejudge import (
     BatchJudgeResult,
     BatchSubmission,
@@ -109,7 +110,7 @@ async def run_or_refuse(
         reason = kind
     else:
         return [ExecuteResult.model_validate(result) for result in results]
-    metrics.rejected.labels(reason, tenant_var.get().name).inc()
+    metrics.reject(reason, tenant_var.get().name)
     return Refusal(kind, message, time.monotonic() - started)
 
 
@@ -194,9 +195,14 @@ def codejudge_router(
 
 
 def sandboxfusion_router(
-    settings: Settings, run: RunRequests, metrics: Metrics, state: ServiceState
+    settings: Settings,
+    run: RunRequests,
+    metrics: Metrics,
+    state: ServiceState,
+    answers: AnswerLedger,
 ) -> APIRouter:
-    """`POST /run_code` and `/run_jupyter` in SandboxFusion's wire format."""
+    """`POST /run_code` and `/run_jupyter` in SandboxFusion's wire format; their answers carry
+    fetched files, so they are sent as the client reads them (api/answers.py)."""
     router = APIRouter(tags=["SandboxFusion compatibility"])
 
     async def refused(outcome: Refusal) -> Response:
@@ -220,7 +226,7 @@ def sandboxfusion_router(
         outcome = await run_or_refuse(run, [request], "/run_code", metrics)
         if isinstance(outcome, Refusal):
             return await refused(outcome)
-        return _json(to_run_code_response(outcome[0]))
+        return answer(to_run_code_response(outcome[0]).model_dump(mode="json"), answers)
 
     @router.post("/run_jupyter", response_model=RunJupyterResponse)
     async def run_jupyter(body: RunJupyterRequest) -> Response:
@@ -253,7 +259,8 @@ def sandboxfusion_router(
         finally:
             # Also when the client went away mid-request: the session must not outlive it.
             await asyncio.shield(_end_quietly(state, session_id))
-        return _json(jupyter_success(cells, files, time.monotonic() - started))
+        success = jupyter_success(cells, files, time.monotonic() - started)
+        return answer(success.model_dump(mode="json"), answers)
 
     return router
 

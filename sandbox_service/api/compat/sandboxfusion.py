@@ -2,9 +2,11 @@
 
 Models follow SandboxFusion's `RunCodeRequest`, `RunCodeResponse` and `CommandRunResult` field for
 field (casing included: `memory_limit_MB`); like SandboxFusion they ignore unknown fields, and a
-`language` outside its 29 names is a 422. `python` and `cpp` run here; the other names are answered
-`SandboxError` with a message, which is what SandboxFusion answers for a language it has no runner
-for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_status` would:
+`language` outside its 29 names is a 422. `python`, `cpp`, `java`, `nodejs` and `bash` run here
+(jail/languages.py: Java as SandboxFusion runs it, `javac` then `java -ea`, javatuples on the class
+path); the other names are answered `SandboxError` with a message, which is what SandboxFusion
+answers for a language it has no runner for. Our ExecuteResult maps onto the response as
+SandboxFusion's own `parse_run_status` would:
 
     our status      status        run_result.status   return_code        message
     ok              Success       Finished            0                  ""
@@ -18,10 +20,11 @@ for. Our ExecuteResult maps onto the response as SandboxFusion's own `parse_run_
     deadline_exc.   SandboxError  (run_result null)   -                  why (deadline_...)
 
 A negative return code for a signal is what SandboxFusion's asyncio subprocess reports. Python has
-no compile step, so its `compile_result` is null. A `cpp` program's compile step is the
-`compile_result` (Finished with g++'s return code and messages, or TimeLimitExceeded); one that
-did not compile is Failed with no `run_result`, as SandboxFusion answers. The compile limit is
-the server's `cpp_compile_timeout_s`, not the request's `compile_timeout`.
+no compile step (nor have `nodejs` and `bash`), so its `compile_result` is null. A `cpp` or `java`
+program's compile step is the `compile_result` (Finished with the compiler's return code and
+messages, or TimeLimitExceeded); one that did not compile is Failed with no `run_result`, as
+SandboxFusion answers. The compile limit is the server's `compile_timeout_s`, not the request's
+`compile_timeout`.
 """
 
 from __future__ import annotations
@@ -49,8 +52,15 @@ Language = Literal[
 ]  # fmt: skip
 """SandboxFusion's languages; any other value is a 422, as there."""
 
-RUNNABLE_LANGUAGES = ("python", "cpp")
-"""Languages this server runs; SandboxFusion accepts no alias for them."""
+RUNNABLE_LANGUAGES = {
+    "python": "python",
+    "cpp": "cpp",
+    "java": "java",
+    "nodejs": "javascript",
+    "bash": "bash",
+}
+"""SandboxFusion's languages this server runs -> our `language` (SandboxFusion's own aliases
+`js` and `ts` are refused by its request model, so here too)."""
 
 SKIPPED_FILE_MARK = "IGNORE_THIS_FILE"
 """SandboxFusion does not write input files whose path contains this."""
@@ -68,7 +78,7 @@ class RunCodeRequest(BaseModel):
 
     model_config = FINITE
     compile_timeout: float = 10
-    """Seconds; accepted and unused: a `cpp` compile has the server's cpp_compile_timeout_s."""
+    """Seconds; accepted and unused: a compile has the server's compile_timeout_s."""
     run_timeout: float = 10
     """Wall-clock limit in seconds; capped at the server's max_timeout."""
     memory_limit_MB: int = -1
@@ -125,7 +135,7 @@ def to_execute_request(request: RunCodeRequest, settings: Settings) -> ExecuteRe
     }
     execute = jail_request(
         code=request.code,
-        language=request.language,
+        language=RUNNABLE_LANGUAGES[request.language],
         stdin=request.stdin or "",
         timeout=min(request.run_timeout, settings.max_timeout),
         memory_mb=memory_mb_of(request.memory_limit_MB, settings),
@@ -202,7 +212,7 @@ def to_run_code_response(result: ExecuteResult) -> RunCodeResponse:
 
 
 def _compile_result(result: ExecuteResult) -> CommandRunResult | None:
-    """A `cpp` program's compile step, as SandboxFusion reports it (None for Python)."""
+    """A compiled program's compile step, as SandboxFusion reports it (None for the others)."""
     step = result.compile
     if step is None:
         return None
@@ -261,7 +271,8 @@ class CellRunResult(BaseModel):
     stdout: str
     stderr: str
     display: list[dict[str, Any]]
-    """Mime bundles: the cell value's {"text/plain": repr}, figures' {"image/png": base64}."""
+    """Mime bundles: the cell value's {"text/plain": repr} with its rich representations
+    (text/html, ...), figures' {"image/png": base64}."""
     error: list[dict[str, Any]]
     """At most one {"ename", "evalue", "traceback": [lines]}."""
 
@@ -339,7 +350,7 @@ def to_cell_result(result: ExecuteResult) -> CellRunResult | None:
     if status is not Status.OK and result.error is None:
         return None  # it exited (os._exit) without an exception of the cell
     stdout, stderr = result.stdout, result.stderr
-    values = [item["text/plain"] for item in result.display if list(item) == ["text/plain"]]
+    values = [item["text/plain"] for item in result.display if "text/plain" in item]
     if values:
         stdout = stdout.removesuffix(values[-1] + "\n")
     errors: list[dict[str, Any]] = []

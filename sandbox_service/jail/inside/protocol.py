@@ -1,9 +1,10 @@
-"""The zygote's protocol: typed messages, their JSON encoding, and bounded, validated parsing.
+"""The zygote's protocol: the framing, typed messages, their JSON encoding, and bounded,
+validated parsing.
 
-Standard library only: the zygote loads this file by path inside the jail (it is mounted next to
-zygote.py), and the worker imports it as sandbox_service.jail.protocol. Both sides decode every
-message through `from_wire`, which checks its whole shape and raises ProtocolError otherwise:
-nothing of a message is used before it was validated.
+The one module of the in-jail package the worker imports (as sandbox_service.jail.inside.protocol);
+inside the jail it is a sibling of the zygote's modules. Both sides decode every message through
+`from_wire`, which checks its whole shape and raises ProtocolError otherwise: nothing of a message
+is used before it was validated.
 
 Frames on the worker's control socket: a 4-byte big-endian length, then a JSON object whose
 "op" names the message. Who trusts what: the worker and the zygote trust each other's frames
@@ -18,6 +19,8 @@ import binascii
 import dataclasses
 import json
 import math
+import os
+import socket
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,11 +35,17 @@ MAX_FETCH_PATHS = 4096
 PATH_ROOTS = ("/home/sandbox", "/tmp", "/mnt")
 """The jail's writable directories an absolute path may name (the first is the working
 directory, where relative paths resolve); the peer-compatible routes send such paths."""
+MEMBERS_DIR_IN_JAIL = "/opt/rl-sandbox/members"
+"""The zygote's own tmpfs (mode 0700), where a session member's scratch mounts are held while
+another member runs (inside/scratch.py); the policy mounts it."""
 MIN_TIMEOUT_S = 0.001
 """The shortest program limit the jail accepts; the worker raises a shorter one to it."""
 MAX_OUTPUTS_BYTES = 8 << 20
 """Largest rich-outputs report (displays and error) a run may leave for the zygote."""
-DISPLAY_MIME_TYPES = ("text/plain", "image/png")
+DISPLAY_MIME_TYPES = (
+    *("text/plain", "image/png", "text/html", "text/markdown", "application/json"),
+    *("text/latex", "image/svg+xml"),
+)
 HEADER = struct.Struct(">I")
 MAX_MEMBER = 1 << 30
 """Largest interpreter number of a session jail (they count up from 0 as forks are made)."""
@@ -304,6 +313,8 @@ class RunRequest:
     member: int = 0
     """Session mode: which interpreter of the jail runs the cell (0: the session's own; the
     others are its forks, see ForkMembers)."""
+    keep_processes: bool = False
+    """Session mode: the processes the cell leaves keep running (otherwise killed at its end)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -314,6 +325,7 @@ class RunRequest:
             "fetch_budget": self.fetch_budget.to_wire(),
             "seed": self.seed,
             "member": self.member,
+            "keep": self.keep_processes,
         }
 
     @classmethod
@@ -327,6 +339,7 @@ class RunRequest:
             fetch_budget=FetchBudget.from_wire(obj.get("fetch_budget", {})),
             seed=_opt_int(obj, "seed", 0, MAX_SEED),
             member=_int(obj, "member", 0, MAX_MEMBER) if "member" in obj else 0,
+            keep_processes=obj.get("keep") is True,
         )
 
 
@@ -613,3 +626,57 @@ def reply_frame(reply: RunReply) -> tuple[RunReply, bytes]:
 
 def _left_out(fetched: Fetched, note: str) -> dict[str, str]:
     return {path: f"{OVER_BUDGET} ({note})"[:256] for path in fetched.files}
+
+
+# --- framing -----------------------------------------------------------------------------
+
+
+ABORT = "abort"
+"""The op of the frame the worker writes during a run to abort it (its client went away). One
+that arrives after the run's answer (the two crossed) is read and ignored."""
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    """Send one length-prefixed JSON message, with file descriptors on its first byte."""
+    data = encode_frame(message)
+    if fds:
+        sent = socket.send_fds(sock, [data], fds)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def recv_frame(
+    sock: socket.socket, max_fds: int = 0, max_bytes: int = MAX_FRAME_BYTES
+) -> tuple[dict[str, Any], list[int]]:
+    """Receive one message and the descriptors sent with it; EOFError when the peer is gone,
+    ProtocolError for a frame over `max_bytes` or not a JSON object."""
+    fds: list[int] = []
+    header = HEADER
+    if max_fds:
+        head, fds, _flags, _addr = socket.recv_fds(sock, header.size, max_fds)
+    else:
+        head = sock.recv(header.size)
+    if not head:
+        raise EOFError("control socket closed")
+    try:
+        head += _recv_exact(sock, header.size - len(head))
+        (length,) = header.unpack(head)
+        if length > max_bytes:
+            raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
+        return decode_body(_recv_exact(sock, length)), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("control socket closed mid-frame")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)

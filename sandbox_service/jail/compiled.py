@@ -1,16 +1,13 @@
-"""C++ programs: compiled by g++ in the jail, then run in the jail, with a per-host binary cache.
+"""Programs in C++, Java, JavaScript and bash: compiled in the jail (C++, Java), then run in the
+jail, with a per-host cache of compiled outputs. What each language runs: jail/languages.py.
 
-Both steps are ordinary executions of the slot's executor (warm or cold), so a C++ program has
-the jail, seccomp policy, cgroup limits and statuses of a Python one. Each step is a two-line
-Python program that `exec`s what should run: the compiler (its helpers cc1plus, as and ld are
-its child processes, under the same limits), then the binary (replacing the interpreter, so the
-binary's exit code, signal, time and memory are the run's).
-
-The compile step has its own wall-clock limit (`cpp_compile_timeout_s`) and the run's memory.
-A compiled binary comes back as a fetched file and is kept on the host, named by the digest of
-the compiler, its flags and the source, under a folder of the tenant's own: a source compiled
-for one API key is never run from another key's cache (a binary is the compile's output, and a
-compile can read what a tenant put in its own jail). Compile errors are results (status
+Both steps are ordinary executions of the slot's executor (warm or cold), so these programs have
+the jail, seccomp policy, cgroup limits and statuses of a Python one. The compile step has its
+own wall-clock limit (`compile_timeout_s`) and the run's memory. A compiled output (C++'s binary,
+Java's jar) comes back as a fetched file and is kept on the host, named by the digest of the
+language, the compiler, its flags and the source, under a folder of the tenant's own: a source
+compiled for one API key is never run from another key's cache (the output is the compile's,
+and a compile can read what a tenant put in its own jail). Compile errors are results (status
 `error`, the compiler's messages in stderr and in `compile`), as code-judge reports them.
 """
 
@@ -31,22 +28,8 @@ from sandbox_service.execution import (
     ExecutionSpec,
     Status,
 )
-
-SOURCE_NAME = "main.cpp"
-BINARY_NAME = ".rl-sandbox-main"
-"""Where the binary lies in the working directory while it runs (a program's files may not
-overwrite it: it is written last)."""
-COMPILER = "/usr/bin/g++"
-FLAGS = ("-O2", "-std=gnu++17", "-pipe")
-"""code-judge's `g++ -O2`, with a fixed standard so that a cached binary means one thing."""
-COMPILE_MAX_PROCESSES = 16
-"""g++ runs cc1plus, as, collect2 and ld: a few processes at a time."""
-
-COMPILE_PROGRAM = (
-    "import os\n"
-    f"os.execv({COMPILER!r}, ['g++', *{list(FLAGS)!r}, '-o', {BINARY_NAME!r}, {SOURCE_NAME!r}])\n"
-)
-RUN_PROGRAM = f"import os\nos.chmod({BINARY_NAME!r}, 0o700)\nos.execv({BINARY_NAME!r}, ['main'])\n"
+from sandbox_service.jail import languages
+from sandbox_service.jail.languages import Toolchain
 
 Run = Callable[[ExecutionSpec], ExecutionResult]
 """The slot's executor (JailExecutor.run with the job's cancellation)."""
@@ -117,41 +100,18 @@ class BinaryCache:
 
 def default_cache() -> BinaryCache:
     """The host's cache under the temporary directory (one per host user)."""
-    return BinaryCache(Path(tempfile.gettempdir()) / f"rl-sandbox-cpp-{os.getuid()}")
+    return BinaryCache(Path(tempfile.gettempdir()) / f"rl-sandbox-builds-{os.getuid()}")
 
 
-def cache_key(source: str, files: dict[str, bytes] | None = None) -> str:
-    """The digest that names a source's binary: compiler, flags, source and the input files
-    (a header among them changes the binary)."""
+def cache_key(chain: Toolchain, source: str, files: dict[str, bytes] | None = None) -> str:
+    """The digest that names a source's compiled output: language, compiler, flags, source and
+    the input files (a header among them changes the binary)."""
     digest = hashlib.sha256()
-    for part in (COMPILER, *FLAGS, source):
+    for part in (chain.language, *chain.digest, source):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
     for path, data in sorted((files or {}).items()):
         digest.update(f"{len(path)}:{path}:{len(data)}:".encode("utf-8", "surrogatepass") + data)
     return digest.hexdigest()
-
-
-def compile_spec(spec: ExecutionSpec, timeout_s: float) -> ExecutionSpec:
-    """The compile step of a C++ program: its source and files (headers), the run's memory, the
-    compile's time."""
-    limits = replace(
-        spec.limits,
-        timeout_s=timeout_s,
-        cpu_time_s=None,
-        max_processes=max(spec.limits.max_processes, COMPILE_MAX_PROCESSES),
-    )
-    return ExecutionSpec(
-        code=COMPILE_PROGRAM,
-        files={**spec.files, SOURCE_NAME: spec.code.encode("utf-8", "surrogateescape")},
-        fetch_files=(BINARY_NAME,),
-        limits=limits,
-        execution_id=spec.execution_id,
-    )
-
-
-def run_spec(spec: ExecutionSpec, binary: bytes) -> ExecutionSpec:
-    """The run step: the binary with the program's stdin, files and limits."""
-    return replace(spec, code=RUN_PROGRAM, files={**spec.files, BINARY_NAME: binary})
 
 
 def compile_outcome(result: ExecutionResult, cached: bool = False) -> CompileOutcome:
@@ -174,7 +134,7 @@ def not_compiled(
     if compiled.status is Status.ERROR:
         note = ""
     elif compiled.status is Status.OK:
-        note = "rl-sandbox: the compiler made no binary\n"
+        note = "rl-sandbox: the compiler made no output\n"
     elif compiled.status is Status.TIMEOUT:
         note = f"rl-sandbox: compilation exceeded its limit of {timeout_s:g} s\n"
     else:
@@ -189,22 +149,35 @@ def not_compiled(
     )
 
 
-def run_cpp(
-    spec: ExecutionSpec, run: Run, cache: BinaryCache, tenant: str, compile_timeout_s: float
+def run_program(
+    language: str,
+    spec: ExecutionSpec,
+    run: Run,
+    cache: BinaryCache,
+    tenant: str,
+    compile_timeout_s: float,
 ) -> ExecutionResult:
-    """Compile (or find in the cache) and run one C++ program."""
-    key = cache_key(spec.code, spec.files)
-    binary = cache.get(tenant, key)
-    if binary is not None:
-        outcome = CompileOutcome(status=Status.OK, exit_code=0, cached=True)
-    else:
-        compiled = run(compile_spec(spec, compile_timeout_s))
-        binary = compiled.files.get(BINARY_NAME)
-        if compiled.status is not Status.OK or binary is None:
-            if compiled.status is Status.SANDBOX_ERROR:
-                return replace(compiled, execution_id=spec.execution_id)
-            return not_compiled(spec, compiled, compile_timeout_s)
-        cache.put(tenant, key, binary)
-        outcome = compile_outcome(compiled)
-    result = run(run_spec(spec, binary))
+    """Compile (or find in the cache) and run one program of a language other than Python."""
+    chain = languages.toolchain(language, spec)
+    missing = languages.missing_tool(chain)
+    if missing is not None:  # the host's fault, not the program's
+        return ExecutionResult.failure(Status.SANDBOX_ERROR, missing, spec.execution_id)
+    artifact: bytes | None = None
+    outcome: CompileOutcome | None = None
+    if chain.compile_argv is not None:
+        key = cache_key(chain, spec.code, spec.files)
+        artifact = cache.get(tenant, key)
+        if artifact is not None:
+            outcome = CompileOutcome(status=Status.OK, exit_code=0, cached=True)
+        else:
+            compiled = run(languages.compile_spec(spec, chain, compile_timeout_s))
+            artifact = compiled.files.get(languages.ARTIFACT_NAME)
+            if compiled.status is not Status.OK or artifact is None:
+                if compiled.status is Status.SANDBOX_ERROR:
+                    return replace(compiled, execution_id=spec.execution_id)
+                return not_compiled(spec, compiled, compile_timeout_s)
+            cache.put(tenant, key, artifact)
+            outcome = compile_outcome(compiled)
+    result = run(languages.run_spec(spec, chain, artifact))
+    result = languages.outcome_of(language, result, spec.limits.memory_mb)
     return replace(result, compile=outcome)

@@ -1,0 +1,52 @@
+"""The static import scan that picks a program's zygote (import_scan.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox_service.import_scan import MAX_SCANNED_CHARS, imported_modules, zygote_for
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(1)",
+        "import math, json\nprint(math.pi)",
+        "from collections import Counter\nimport os.path",
+        "from __future__ import annotations\nx = 1",
+        "from . import sibling",
+        "__import__('numpy')",  # unseen: right answer, slower start
+        "",
+    ],
+)
+def test_standard_library_programs_fork_from_the_lean_zygote(code: str) -> None:
+    assert zygote_for(code) == "lean"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import numpy as np",
+        "import math, sympy",
+        "from sympy import symbols",
+        "from numpy.linalg import solve",
+        "def f():\n    import mpmath\n    return mpmath.pi",
+        "try:\n    import scipy\nexcept ImportError:\n    pass",
+        "import not_a_module_anywhere",
+        "print(1",  # does not parse: today's zygote, whatever it was meant to import
+        "%timeit 1",
+        "x = 1\x00",
+    ],
+)
+def test_any_other_import_or_unparsable_source_forks_from_the_math_zygote(code: str) -> None:
+    assert zygote_for(code) == "math"
+
+
+def test_a_program_too_long_to_scan_takes_the_math_zygote() -> None:
+    assert zygote_for("x = 1\n" * (MAX_SCANNED_CHARS // 6 + 1)) == "math"
+
+
+def test_the_scan_names_top_level_modules_only() -> None:
+    code = "import a.b.c\nfrom d.e import f\nfrom .g import h\nimport i as j"
+    assert imported_modules(code) == {"a", "d", "i"}
+    assert imported_modules("def (") is None
