@@ -25,6 +25,7 @@ import math
 import os
 import re
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -455,20 +456,47 @@ class SlotCgroups:
                     self.kill_all()  # EBUSY: a process was still leaving
 
 
-def remove_stale(parent: str, root: Path = CGROUP_ROOT) -> None:
-    """Remove empty slot cgroups left by workers that died (named ...-<pid>, pid gone)."""
+def remove_stale(parent: str, root: Path = CGROUP_ROOT, wait_s: float = 5.0) -> list[Path]:
+    """Remove the slot cgroups of workers that are gone (named ...-<pid>, pid gone): SIGKILL
+    what their jails left running in them (a worker killed mid-shutdown leaves its nsjails, in
+    sessions of their own), then remove the cgroups once empty, waiting up to wait_s for the
+    processes to leave. Returns the cgroups that could not be removed."""
     if is_v2(root):
         bases = [root / parent]
     else:
         bases = [root / c / parent for c in V1_CONTROLLERS + V1_OPTIONAL]
-    for base in bases:
-        if not base.is_dir():
-            continue
-        for path in base.iterdir():
-            owner = path.name.rsplit("-", 1)[-1]
-            if path.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                with contextlib.suppress(OSError):
-                    for child in (ZYGOTE, RUN):
-                        if (path / child).is_dir():
-                            (path / child).rmdir()
-                    path.rmdir()
+    stale = [
+        path
+        for base in bases
+        if base.is_dir()
+        for path in base.iterdir()
+        if path.is_dir() and _owner_gone(path.name)
+    ]
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for path in stale:
+            dirs = [path / child for child in (ZYGOTE, RUN) if (path / child).is_dir()] + [path]
+            for directory in dirs:
+                _kill_members(directory)
+            with contextlib.suppress(OSError):
+                for directory in dirs:
+                    directory.rmdir()
+            if path.exists():
+                left.append(path)
+        if not left or time.monotonic() >= deadline:
+            return left
+        stale = left
+        time.sleep(0.05)
+
+
+def _owner_gone(name: str) -> bool:
+    owner = name.rsplit("-", 1)[-1]
+    return owner.isdigit() and not Path(f"/proc/{owner}").exists()
+
+
+def _kill_members(directory: Path) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        for pid in (directory / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)

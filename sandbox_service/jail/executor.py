@@ -239,7 +239,7 @@ class JailExecutor:
                 self._layout, preload_lean=True, preload_full=False, idle_warm_up="never"
             )
             variant = "lean"
-        cg.remove_stale(settings.cgroup_parent)
+        cg.remove_stale(settings.cgroup_parent, wait_s=0.0)  # the supervisor waits at its stop
         self._cgroups = [
             cg.SlotCgroups(settings.cgroup_parent, f"slot{slot}{variant}{tag}-{os.getpid()}")
             for tag in "ab"

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import IO
 
 _PR_SET_PDEATHSIG = 1
+DUMP_WAIT_S = 1.0
+"""How long a process late at a stop has to write its stacks before it is killed."""
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
@@ -48,8 +50,15 @@ def spawn(
     )
 
 
-def stop(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
-    """SIGTERM each process, wait up to grace_s for all, then SIGKILL the process groups left."""
+def stop(
+    processes: Sequence[subprocess.Popen[bytes]],
+    grace_s: float,
+    dump_signal: signal.Signals | None = None,
+) -> set[int]:
+    """SIGTERM each process, wait up to grace_s for all, then SIGKILL the process groups left.
+
+    dump_signal: sent first to each process still running at the deadline, which then has
+    DUMP_WAIT_S to write its stacks (faulthandler) before the kill. Returns the pids killed."""
     for proc in processes:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -58,11 +67,18 @@ def stop(processes: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
     for proc in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    late = [proc for proc in processes if proc.poll() is None]
+    if late and dump_signal is not None:
+        for proc in late:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(dump_signal)
+        time.sleep(DUMP_WAIT_S)
     for proc in processes:
         # The group also holds anything the child started (e.g. a jail) that is still there.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    return {proc.pid for proc in late}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

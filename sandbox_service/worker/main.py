@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import faulthandler
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -60,6 +62,9 @@ def worker_name(slot: int, pid: int) -> str:
 DEADLINE_NEVER_RAN = (
     "deadline_exceeded: the request's deadline passed before it started; it never ran"
 )
+STACK_DUMP_SIGNAL = signal.SIGUSR2
+"""Makes a worker write every thread's stack to stderr (the supervisor sends it to a worker
+still there at the end of its shutdown grace, before killing it)."""
 DEADLINE_NOTE = "\ndeadline_exceeded: the request's deadline passed; the program was stopped"
 STOPPED_FROM_OUTSIDE = frozenset({Status.TIMEOUT, Status.SANDBOX_ERROR, Status.KILLED})
 """What a cancelled program's own result says (killed by the abort, or its jail torn down)."""
@@ -446,6 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rl-sandbox-worker: {exc}", file=sys.stderr)
         return 2
     configure_logging("worker", settings.log_level)
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
     return run(settings, args.slot)
 
 

@@ -3,7 +3,9 @@
 Each child owns one executor slot (its index selects the jail's uid and cgroup). A child that dies
 is restarted with backoff, and is dropped from the alive set at once, so the API re-runs the job
 it held without waiting for its heartbeat to go stale. SIGTERM/SIGINT: every child finishes its
-current job (RQ warm shutdown) within shutdown_grace_s, then whatever is left is killed.
+current job (RQ warm shutdown) within shutdown_grace_s; a worker still there is asked for its
+threads' stacks (logged, to show where it hung), then killed, and what its jails left (processes,
+cgroups) is removed.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import redis
 
 from sandbox_service.broker import worker_stats
 from sandbox_service.broker.liveness import Liveness
+from sandbox_service.jail import cgroups
 from sandbox_service.local import procs
 from sandbox_service.logs import fields
 from sandbox_service.settings import Settings
-from sandbox_service.worker.main import forget_worker_queue, worker_name
+from sandbox_service.worker.main import STACK_DUMP_SIGNAL, forget_worker_queue, worker_name
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +70,20 @@ def run_workers(settings: Settings, count: int) -> int:
                 started_at[slot] = now
         stop.wait(0.1)
     log.info("stopping workers", extra=fields(grace_s=settings.shutdown_grace_s))
-    procs.stop(list(children.values()), settings.shutdown_grace_s)
+    killed = procs.stop(
+        list(children.values()), settings.shutdown_grace_s, dump_signal=STACK_DUMP_SIGNAL
+    )
     for slot, child in children.items():
         _forget(connection, settings, worker_name(slot, child.pid))
+    if killed:
+        log.warning(
+            "workers killed after the grace period; their stacks are above",
+            extra=fields(slots=[s for s, c in children.items() if c.pid in killed]),
+        )
+    # A worker killed at the deadline could not close its jails; end them and their cgroups.
+    left = cgroups.remove_stale(settings.cgroup_parent)
+    if left:
+        log.error("slot cgroups left behind", extra=fields(cgroups=[str(p) for p in left]))
     return 0
 
 

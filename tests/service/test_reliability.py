@@ -17,6 +17,7 @@ from rq.serializers import JSONSerializer
 
 from sandbox_service import keys
 from sandbox_service.broker.jobqueue import JOB_FUNC
+from sandbox_service.jail.cgroups import CGROUP_ROOT, is_v2
 from sandbox_service.jobs import decode_notice
 from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env, stop
@@ -191,6 +192,46 @@ async def test_sigterm_lets_workers_finish_the_current_job(
         assert stack.workers.wait(timeout=30) == 0
     finally:
         stack.stop()
+
+
+def test_a_worker_hung_at_shutdown_is_killed_and_its_jails_removed(
+    redis_server: RedisServer, logs_dir: Path
+) -> None:
+    env = stack_env(
+        redis_server.url, "hung", 63600, workers=1, shutdown_grace_s=2, **FAST_DETECTION
+    )
+    stack = Stack(env, logs_dir / "hung.log").start()
+    try:
+        assert stack.workers is not None
+        supervisor = stack.workers.pid
+        (worker,) = _children(supervisor)
+        parent = env["RL_SANDBOX_CGROUP_PARENT"]
+        assert _slot_cgroups(parent, worker), "the worker's slot cgroups are not where expected"
+        os.kill(worker, signal.SIGSTOP)  # it can no longer drain, close its jails or exit
+        stack.workers.send_signal(signal.SIGTERM)
+        assert stack.workers.wait(timeout=30) == 0
+        assert not Path(f"/proc/{worker}").exists(), "the hung worker outlived its supervisor"
+        assert _slot_cgroups(parent, worker) == [], "the killed worker's jails were left behind"
+        said = (logs_dir / "hung.log").read_text()
+        assert "workers killed after the grace period" in said, said[-2000:]
+    finally:
+        stack.stop()
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _slot_cgroups(parent: str, worker: int) -> list[Path]:
+    """The cgroups (every hierarchy) of one worker's jails, named ...-<its pid>."""
+    roots = [CGROUP_ROOT] if is_v2() else [CGROUP_ROOT / c for c in ("memory", "pids")]
+    return [
+        path
+        for root in roots
+        if (root / parent).is_dir()
+        for path in (root / parent).iterdir()
+        if path.is_dir() and path.name.endswith(f"-{worker}")
+    ]
 
 
 @pytest.fixture
