@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import httpx
 from pydantic import ValidationError
 
+from trainer_client.batch_retry import chunks
 from trainer_client.clock import Clock, LoopClock
 from trainer_client.dispatch import BatchOutcome, DispatchConfig, Dispatcher
 from trainer_client.errors import CallInfo, InvalidRequestError
@@ -22,7 +23,6 @@ from trainer_client.grade import (
     grade_chunk,
     to_grade_request,
 )
-from trainer_client.grade import chunks as grade_chunks
 from trainer_client.grade_wire import GradeRequest, GradeResult
 from trainer_client.group import Group
 from trainer_client.http import (
@@ -37,7 +37,7 @@ from trainer_client.http import (
 from trainer_client.retry import RetryPolicy
 from trainer_client.session import Session, new_session_id
 from trainer_client.stats import ClientStats, Counters
-from trainer_client.verify import MAX_ITEMS_PER_REQUEST, VerifyOutcome, chunks, verify_chunk
+from trainer_client.verify import MAX_ITEMS_PER_REQUEST, VerifyOutcome, verify_chunk
 from trainer_client.wire import (
     ExecuteRequest,
     ExecuteResult,
@@ -379,7 +379,7 @@ class SandboxClient:
                     rng=self._rng,
                     info=info,
                 )
-                for part in grade_chunks(batch, MAX_GRADES_PER_REQUEST)
+                for part in chunks(batch, MAX_GRADES_PER_REQUEST)
             )
         )
         return [result for part in parts for result in part]

@@ -1,30 +1,25 @@
 """Batched sealed grading (POST /grade/batch) with retries: the loop is pure, the POST is passed in.
 
-Requests are sent in chunks of MAX_GRADES_PER_REQUEST. An HTTP failure that graded nothing
-(connection errors, 429, 502-504, a malformed 200) re-sends the chunk; a result with an
-infrastructure status (`queue_timeout`, `sandbox_error`, `cancelled`, `deadline_exceeded`:
-reward null) is sent again alone, under the client's RetryPolicy, since a grading is a pure
-function of its request. One still ungraded when the attempts run out keeps its status (the
-caller decides what an ungraded candidate is worth; its reward stays null, never 0).
+Requests are sent in chunks of MAX_GRADES_PER_REQUEST, each retried by batch_retry: an HTTP
+failure that graded nothing (connection errors, 429, 502-504, a malformed 200) re-sends the
+chunk; a result with an infrastructure status (`queue_timeout`, `sandbox_error`, `cancelled`,
+`deadline_exceeded`: reward null) is sent again alone, under the client's RetryPolicy, since a
+grading is a pure function of its request. One still ungraded when the attempts run out keeps
+its status (the caller decides what an ungraded candidate is worth; its reward stays null,
+never 0).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from trainer_client.batch_retry import ChunkOutcome, Finished, retry_chunk
 from trainer_client.clock import Clock
-from trainer_client.errors import (
-    CallInfo,
-    DeadlineExceededError,
-    InvalidRequestError,
-    RetriesExhaustedError,
-    ServiceError,
-)
+from trainer_client.errors import CallInfo
 from trainer_client.grade_wire import AssertsTests, GradeRequest, GradeResult
-from trainer_client.retry import RetryPolicy, Verdict
+from trainer_client.retry import RetryPolicy
 
 GRADE_PATH = "/grade/batch"
 MAX_GRADES_PER_REQUEST = 64
@@ -34,16 +29,8 @@ ROUNDS_ALLOWANCE = 4
 evaluator and the candidate in turns (usually two or three limits' worth at most)."""
 
 
-@dataclass(frozen=True, slots=True)
-class GradeOutcome:
-    """What became of one POST /grade/batch."""
-
-    verdict: Verdict
-    results: Sequence[GradeResult] = ()
-    cause: str = ""
-    detail: str = ""
-    retry_after_s: float | None = None
-
+GradeOutcome = ChunkOutcome[GradeResult]
+"""What became of one POST /grade/batch."""
 
 SendGrades = Callable[[Sequence[GradeRequest], float], Awaitable[GradeOutcome]]
 """send(requests, the longest the chunk may take in s)."""
@@ -64,9 +51,12 @@ def budget_s(requests: Sequence[GradeRequest]) -> float:
     return longest
 
 
-def graded(result: GradeResult | None) -> bool:
-    """Whether the service graded it (reward set), as opposed to failing to."""
-    return result is not None and result.status == "graded"
+_GRADED: Finished[GradeResult] = Finished(
+    final=lambda result: result.status == "graded",
+    why_not=lambda result: result.status,
+    answers_noun="results",
+    members_noun="requests",
+)
 
 
 async def grade_chunk(
@@ -79,56 +69,10 @@ async def grade_chunk(
     info: CallInfo,
 ) -> list[GradeResult]:
     """Results of `requests` (at most MAX_GRADES_PER_REQUEST), retried as the module says."""
-    deadline = clock.now() + retry.deadline_s
-    results: list[GradeResult | None] = [None] * len(requests)
-    pending = list(range(len(requests)))
-    failures = 0
-    last_error = ""
-    while True:
-        part = [requests[i] for i in pending]
-        outcome = await send(part, budget_s(part))
-        if outcome.verdict is Verdict.ANSWERED:
-            if len(outcome.results) != len(pending):
-                raise ServiceError(
-                    info,
-                    f"{len(outcome.results)} results for {len(pending)} requests",
-                    attempts=failures + 1,
-                    last_error="",
-                )
-            for index, result in zip(pending, outcome.results, strict=True):
-                results[index] = result
-            pending = [i for i in pending if not graded(results[i])]
-            if not pending:
-                break
-            last_error = next(r.status for r in (results[i] for i in pending) if r)
-            failures += 1
-        elif outcome.verdict is Verdict.INVALID:
-            raise InvalidRequestError(outcome.detail, info)
-        elif outcome.verdict is Verdict.FATAL:
-            raise ServiceError(
-                info, f"HTTP {outcome.cause}", attempts=failures + 1, last_error=outcome.detail
-            )
-        else:
-            last_error = f"{outcome.cause}: {outcome.detail}"
-            if outcome.cause != "429":  # back-pressure costs time, not attempts
-                failures += 1
-        if failures >= retry.attempts:
-            if any(results[i] is None for i in pending):
-                raise RetriesExhaustedError(
-                    info, "retries exhausted", attempts=failures, last_error=last_error
-                )
-            break
-        wait_s = retry.wait_s(max(failures, 1), rng, outcome.retry_after_s)
-        if clock.now() + wait_s >= deadline:
-            if all(results[i] is not None for i in pending):
-                break  # no time for another try: the ungraded statuses stand
-            raise DeadlineExceededError(
-                info, "deadline exceeded", attempts=failures, last_error=last_error
-            )
-        await clock.sleep(wait_s)
-    return [r for r in results if r is not None]
 
+    async def send_part(part: Sequence[GradeRequest]) -> GradeOutcome:
+        return await send(part, budget_s(part))
 
-def chunks(requests: Sequence[GradeRequest], size: int) -> list[Sequence[GradeRequest]]:
-    """Consecutive slices of at most `size` requests."""
-    return [requests[i : i + size] for i in range(0, len(requests), size)]
+    return await retry_chunk(
+        send_part, requests, _GRADED, retry=retry, clock=clock, rng=rng, info=info
+    )

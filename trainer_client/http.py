@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
 
+from trainer_client.batch_retry import Answer, ChunkOutcome
 from trainer_client.dispatch import BatchOutcome
 from trainer_client.errors import InvalidRequestError, SandboxClientError
 from trainer_client.grade import GRADE_PATH, GradeOutcome
@@ -200,27 +202,13 @@ async def post_grades(
 ) -> GradeOutcome:
     """One POST /grade/batch; every failure comes back as an outcome, never as an exception."""
     body = {"requests": [r.model_dump(mode="json", exclude_none=True) for r in requests]}
-    try:
-        response = await http.post(GRADE_PATH, json=body, timeout=timeouts.for_batch(budget_s))
-    except _RETRYABLE_EXCEPTIONS as exc:
-        return GradeOutcome(Verdict.RETRY, cause=type(exc).__name__, detail=str(exc) or repr(exc))
-    except httpx.HTTPError as exc:
-        return GradeOutcome(Verdict.FATAL, cause=type(exc).__name__, detail=str(exc) or repr(exc))
-    verdict = classify_http_status(response.status_code)
-    if verdict is not Verdict.ANSWERED:
-        return GradeOutcome(
-            verdict,
-            cause=str(response.status_code),
-            detail=error_detail(response.content, response.reason_phrase),
-            retry_after_s=parse_retry_after(
-                response.headers.get("retry-after"), now_epoch_s=time.time()
-            ),
-        )
-    try:
-        parsed = GradeBatchResponse.model_validate_json(response.content)
-    except ValidationError as exc:
-        return GradeOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
-    return GradeOutcome(Verdict.ANSWERED, results=parsed.results)
+    return await _post_chunk(
+        http,
+        GRADE_PATH,
+        body,
+        timeouts.for_batch(budget_s),
+        lambda content: GradeBatchResponse.model_validate_json(content).results,
+    )
 
 
 async def post_verify(
@@ -233,15 +221,32 @@ async def post_verify(
 ) -> VerifyOutcome:
     """One POST /verify; every failure comes back as an outcome, never as an exception."""
     body = {"items": [i.model_dump() for i in items], "timeout": timeout_s, "rel_tol": rel_tol}
+    return await _post_chunk(
+        http,
+        VERIFY_PATH,
+        body,
+        timeouts.for_batch(budget_s),
+        lambda content: VerifyResponse.model_validate_json(content).results,
+    )
+
+
+async def _post_chunk(
+    http: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    timeout: httpx.Timeout,
+    parse: Callable[[bytes], Sequence[Answer]],
+) -> ChunkOutcome[Answer]:
+    """One POST of a batched call's chunk: its answers, or why there are none."""
     try:
-        response = await http.post(VERIFY_PATH, json=body, timeout=timeouts.for_batch(budget_s))
+        response = await http.post(path, json=body, timeout=timeout)
     except _RETRYABLE_EXCEPTIONS as exc:
-        return VerifyOutcome(Verdict.RETRY, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+        return ChunkOutcome(Verdict.RETRY, cause=type(exc).__name__, detail=str(exc) or repr(exc))
     except httpx.HTTPError as exc:
-        return VerifyOutcome(Verdict.FATAL, cause=type(exc).__name__, detail=str(exc) or repr(exc))
+        return ChunkOutcome(Verdict.FATAL, cause=type(exc).__name__, detail=str(exc) or repr(exc))
     verdict = classify_http_status(response.status_code)
     if verdict is not Verdict.ANSWERED:
-        return VerifyOutcome(
+        return ChunkOutcome(
             verdict,
             cause=str(response.status_code),
             detail=error_detail(response.content, response.reason_phrase),
@@ -250,7 +255,7 @@ async def post_verify(
             ),
         )
     try:
-        parsed = VerifyResponse.model_validate_json(response.content)
+        results = parse(response.content)
     except ValidationError as exc:
-        return VerifyOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
-    return VerifyOutcome(Verdict.ANSWERED, results=parsed.results)
+        return ChunkOutcome(Verdict.RETRY, cause="malformed", detail=str(exc)[:2000])
+    return ChunkOutcome(Verdict.ANSWERED, results=results)

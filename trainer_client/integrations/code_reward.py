@@ -36,6 +36,7 @@ from typing import Any
 from trainer_client.errors import SandboxClientError
 from trainer_client.grade_wire import GradeRequest, GradeResult
 from trainer_client.integrations.clients import ClientPerLoop, ServiceAddress, shared_sync_client
+from trainer_client.integrations.coalesce import Coalescer
 from trainer_client.integrations.reward import service_address
 
 COALESCE_WAIT_S = 0.02
@@ -122,61 +123,19 @@ def score_of(result: GradeResult, continuous: bool = True) -> float:
     return 1.0 if result.reward == 1.0 else 0.0
 
 
-class _Coalescer:
-    """Candidates graded one at a time, sent together: the first waits COALESCE_WAIT_S."""
-
-    def __init__(self, clients: ClientPerLoop) -> None:
-        self._clients = clients
-        self._pending: list[tuple[GradeRequest, asyncio.Future[GradeResult]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._posts: set[asyncio.Task[None]] = set()
-
-    async def grade(self, request: GradeRequest) -> GradeResult:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[GradeResult] = loop.create_future()
-        self._pending.append((request, future))
-        if len(self._pending) >= MAX_PER_POST:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(COALESCE_WAIT_S, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._pending = self._pending, []
-        if batch:
-            task = asyncio.ensure_future(self._post(batch))
-            self._posts.add(task)
-            task.add_done_callback(self._posts.discard)
-
-    async def _post(self, batch: list[tuple[GradeRequest, asyncio.Future[GradeResult]]]) -> None:
-        try:
-            results = await self._clients.get().grade([request for request, _ in batch])
-        except BaseException as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
-
-
 _CLIENTS: dict[ServiceAddress, ClientPerLoop] = {}
 _COALESCERS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[ServiceAddress, _Coalescer]
+    asyncio.AbstractEventLoop, dict[ServiceAddress, Coalescer[GradeRequest, GradeResult]]
 ] = weakref.WeakKeyDictionary()
 
 
-def _coalescer(address: ServiceAddress) -> _Coalescer:
+def _coalescer(address: ServiceAddress) -> Coalescer[GradeRequest, GradeResult]:
     per_loop = _COALESCERS.setdefault(asyncio.get_running_loop(), {})
     if address not in per_loop:
         clients = _CLIENTS.setdefault(address, ClientPerLoop(address))
-        per_loop[address] = _Coalescer(clients)
+        per_loop[address] = Coalescer(
+            lambda requests: clients.get().grade(requests), MAX_PER_POST, COALESCE_WAIT_S
+        )
     return per_loop[address]
 
 
@@ -210,7 +169,7 @@ async def compute_score(
         solution_str, ground_truth, timeout_s=timeout, memory_mb=memory_limit_mb
     )
     coalescer = _coalescer(_address(sandbox_url, sandbox_fusion_url, api_key))
-    return score_of(await coalescer.grade(request), continuous)
+    return score_of(await coalescer.submit(request), continuous)
 
 
 def compute_score_batch(

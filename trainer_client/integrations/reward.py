@@ -31,6 +31,7 @@ from typing import Any
 from trainer_client.errors import SandboxClientError
 from trainer_client.integrations.answer import final_answer
 from trainer_client.integrations.clients import ClientPerLoop, ServiceAddress, shared_sync_client
+from trainer_client.integrations.coalesce import Coalescer
 from trainer_client.wire import VerifyItem, VerifyResult
 
 URL_VARIABLE = "RL_SANDBOX_URL"
@@ -155,56 +156,10 @@ def grade_responses_sync(
     return _scores(items, verdicts)
 
 
-class _Coalescer:
-    """Answers graded one at a time, sent together: the first waits COALESCE_WAIT_S for others."""
-
-    def __init__(self, clients: ClientPerLoop, timeout_s: float) -> None:
-        self._clients = clients
-        self._timeout_s = timeout_s
-        self._pending: list[tuple[VerifyItem, asyncio.Future[VerifyResult]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._posts: set[asyncio.Task[None]] = set()
-
-    async def grade(self, item: VerifyItem) -> VerifyResult:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[VerifyResult] = loop.create_future()
-        self._pending.append((item, future))
-        if len(self._pending) >= MAX_ITEMS_PER_POST:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(COALESCE_WAIT_S, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        batch, self._pending = self._pending, []
-        if batch:
-            task = asyncio.ensure_future(self._post(batch))
-            self._posts.add(task)
-            task.add_done_callback(self._posts.discard)
-
-    async def _post(self, batch: list[tuple[VerifyItem, asyncio.Future[VerifyResult]]]) -> None:
-        try:
-            verdicts = await self._clients.get().verify(
-                [item for item, _ in batch], timeout=self._timeout_s
-            )
-        except BaseException as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (_, future), verdict in zip(batch, verdicts, strict=True):
-            if not future.done():
-                future.set_result(verdict)
-
-
 _CLIENTS: dict[ServiceAddress, ClientPerLoop] = {}
+_VerifyCoalescer = Coalescer[VerifyItem, VerifyResult]
 _COALESCERS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[ServiceAddress, float], _Coalescer]
+    asyncio.AbstractEventLoop, dict[tuple[ServiceAddress, float], _VerifyCoalescer]
 ] = weakref.WeakKeyDictionary()
 
 
@@ -212,11 +167,16 @@ def _clients(address: ServiceAddress) -> ClientPerLoop:
     return _CLIENTS.setdefault(address, ClientPerLoop(address))
 
 
-def _coalescer(address: ServiceAddress, timeout_s: float) -> _Coalescer:
+def _coalescer(address: ServiceAddress, timeout_s: float) -> _VerifyCoalescer:
     per_loop = _COALESCERS.setdefault(asyncio.get_running_loop(), {})
     key = (address, timeout_s)
     if key not in per_loop:
-        per_loop[key] = _Coalescer(_clients(address), timeout_s)
+        clients = _clients(address)
+        per_loop[key] = Coalescer(
+            lambda items: clients.get().verify(items, timeout=timeout_s),
+            MAX_ITEMS_PER_POST,
+            COALESCE_WAIT_S,
+        )
     return per_loop[key]
 
 
@@ -243,7 +203,7 @@ async def compute_score(
     if answer is None:
         return 0.0
     coalescer = _coalescer(service_address(sandbox_url, api_key), verify_timeout_s)
-    return score_of(await coalescer.grade(VerifyItem(answer=answer, reference=str(ground_truth))))
+    return score_of(await coalescer.submit(VerifyItem(answer=answer, reference=str(ground_truth))))
 
 
 def compute_score_batch(
