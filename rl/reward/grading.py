@@ -27,7 +27,10 @@ from pydantic import TypeAdapter, ValidationError
 from rl.reward.answer import extract_answer, extract_code
 from rl.reward.outcome import MAX_ANSWER_CHARS, answer_rewards
 from rl.reward.verifier import VerifierPool
+from trainer_client.grade import MAX_GRADES_PER_REQUEST
 from trainer_client.grade_wire import GradeRequest, GradeResult, Tests
+from trainer_client.integrations.coalesce import Coalescer
+from trainer_client.verify import MAX_ITEMS_PER_REQUEST
 from trainer_client.wire import VerifyItem, VerifyResult
 
 _TESTS: TypeAdapter[Any] = TypeAdapter(Tests)
@@ -122,8 +125,11 @@ class ServiceGrader:
         self.rel_tol = rel_tol
         self.fallback_to_last_boxed = fallback_to_last_boxed
         self.max_wait_s = max_wait_s
-        self._pending: list[tuple[VerifyItem, asyncio.Future[float]]] = []
-        self._flush: asyncio.Task[None] | None = None
+        self._batches: Coalescer[VerifyItem, VerifyResult] = Coalescer(
+            lambda items: client.verify(items, timeout=timeout_s, rel_tol=rel_tol),
+            MAX_ITEMS_PER_REQUEST,
+            max_wait_s,
+        )
 
     async def reward(self, response: str, truth: str) -> float:
         if not truth.strip():
@@ -131,39 +137,14 @@ class ServiceGrader:
         answer = extract_answer(response, fallback_to_last_boxed=self.fallback_to_last_boxed)
         if answer is None or len(answer) > MAX_ANSWER_CHARS:
             return 0.0
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self._pending.append((VerifyItem(answer=answer, reference=truth), future))
-        if self._flush is None:
-            self._flush = asyncio.ensure_future(self._send_after_wait())
-        return await future
+        result = await self._batches.submit(VerifyItem(answer=answer, reference=truth))
+        if not result.judged:
+            why = f"{result.reason} {result.detail}".rstrip()
+            raise UnjudgedAnswerError(f"the service did not judge {answer[:60]!r}: {why}")
+        return 1.0 if result.correct else 0.0
 
     async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]:
         return await each_reward(self, responses, truths)
-
-    async def _send_after_wait(self) -> None:
-        await asyncio.sleep(self.max_wait_s)
-        batch, self._pending, self._flush = self._pending, [], None
-        try:
-            results = await self.client.verify(
-                [item for item, _ in batch], timeout=self.timeout_s, rel_tol=self.rel_tol
-            )
-        except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (item, future), result in zip(batch, results, strict=True):
-            if future.done():  # its rollout was cancelled
-                continue
-            if not result.judged:
-                future.set_exception(
-                    UnjudgedAnswerError(
-                        f"the service did not judge {item.answer[:60]!r}: "
-                        f"{result.reason} {result.detail}".rstrip()
-                    )
-                )
-            else:
-                future.set_result(1.0 if result.correct else 0.0)
 
 
 def parse_tests(truth: str) -> Any:
@@ -202,40 +183,20 @@ class CodeGrader:
         self.client = client
         self.fallback_to_last_block = fallback_to_last_block
         self.max_wait_s = max_wait_s
-        self._pending: list[tuple[GradeRequest, asyncio.Future[float]]] = []
-        self._flush: asyncio.Task[None] | None = None
+        self._batches: Coalescer[GradeRequest, GradeResult] = Coalescer(
+            client.grade, MAX_GRADES_PER_REQUEST, max_wait_s
+        )
 
     async def reward(self, response: str, truth: str) -> float:
         request = grade_request(response, truth, fallback_to_last_block=self.fallback_to_last_block)
         if request is None:
             return 0.0
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self._pending.append((request, future))
-        if self._flush is None:
-            self._flush = asyncio.ensure_future(self._send_after_wait())
-        return await future
+        result = await self._batches.submit(request)
+        if result.reward is None:
+            raise UnjudgedAnswerError(
+                f"the service did not grade {request.code[:60]!r}: {result.status}"
+            )
+        return result.reward
 
     async def rewards(self, responses: Sequence[str], truths: Sequence[str]) -> list[float]:
         return await each_reward(self, responses, truths)
-
-    async def _send_after_wait(self) -> None:
-        await asyncio.sleep(self.max_wait_s)
-        batch, self._pending, self._flush = self._pending, [], None
-        try:
-            results = await self.client.grade([request for request, _ in batch])
-        except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (request, future), result in zip(batch, results, strict=True):
-            if future.done():  # its rollout was cancelled
-                continue
-            if result.reward is None:
-                future.set_exception(
-                    UnjudgedAnswerError(
-                        f"the service did not grade {request.code[:60]!r}: {result.status}"
-                    )
-                )
-            else:
-                future.set_result(result.reward)
