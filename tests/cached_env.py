@@ -8,6 +8,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,24 +31,14 @@ def _run(args: list[str]) -> None:
 def cached_python(name: str, requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
     """The interpreter of the cached environment `name`, built on first use; `no_deps` are
     installed without their dependencies."""
-    key = hashlib.sha256("\n".join((PYTHON_VERSION, *requirements, *no_deps)).encode()).hexdigest()
-    venv = Path.home() / ".cache" / "rl-sandbox" / f"{name}-env-{key[:12]}"
-    python = venv / "bin" / "python"
-    if (venv / ".complete").exists():
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    interpreter = subprocess.run(
-        [str(REPO / "scripts" / "find-python.sh"), PYTHON_VERSION],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    _run([uv(), "venv", "-q", "--python", interpreter, str(venv)])
-    _run([uv(), "pip", "install", "-q", "--python", str(python), *requirements])
-    if no_deps:
-        _run([uv(), "pip", "install", "-q", "--python", str(python), "--no-deps", *no_deps])
-    (venv / ".complete").write_text("\n".join((*requirements, *no_deps)) + "\n")
-    return python
+
+    def install(interpreter: str, venv: Path, python: Path) -> None:
+        _run([uv(), "venv", "-q", "--python", interpreter, str(venv)])
+        _run([uv(), "pip", "install", "-q", "--python", str(python), *requirements])
+        if no_deps:
+            _run([uv(), "pip", "install", "-q", "--python", str(python), "--no-deps", *no_deps])
+
+    return _cached(name, PYTHON_VERSION, (*requirements, *no_deps), install)
 
 
 def cached_pip_python(
@@ -57,9 +48,25 @@ def cached_pip_python(
     Python `python_version` (pip, not uv: pip honours the host's own wheel directories, such as
     a CPU build of torch, where uv would fetch the index's), with `remove` uninstalled after:
     an environment exactly as small as a bare GPU host's."""
-    key = hashlib.sha256(
-        "\n".join((python_version, *requirements, "-", *remove)).encode()
-    ).hexdigest()
+
+    def install(interpreter: str, venv: Path, python: Path) -> None:
+        _run([interpreter, "-m", "venv", str(venv)])
+        _run([str(python), "-m", "pip", "install", "-q", *requirements])
+        if remove:
+            _run([str(python), "-m", "pip", "uninstall", "-q", "-y", *remove])
+
+    return _cached(name, python_version, (*requirements, "-", *remove), install)
+
+
+def _cached(
+    name: str,
+    python_version: str,
+    contents: tuple[str, ...],
+    install: Callable[[str, Path, Path], None],
+) -> Path:
+    """The interpreter of ~/.cache/rl-sandbox/<name>-env-<key of the version and contents>,
+    built by install(interpreter of python_version, venv, its python) when not complete."""
+    key = hashlib.sha256("\n".join((python_version, *contents)).encode()).hexdigest()
     venv = Path.home() / ".cache" / "rl-sandbox" / f"{name}-env-{key[:12]}"
     python = venv / "bin" / "python"
     if (venv / ".complete").exists():
@@ -71,9 +78,6 @@ def cached_pip_python(
         text=True,
         check=True,
     ).stdout.strip()
-    _run([interpreter, "-m", "venv", str(venv)])
-    _run([str(python), "-m", "pip", "install", "-q", *requirements])
-    if remove:
-        _run([str(python), "-m", "pip", "uninstall", "-q", "-y", *remove])
-    (venv / ".complete").write_text("\n".join((*requirements, "-", *remove)) + "\n")
+    install(interpreter, venv, python)
+    (venv / ".complete").write_text("\n".join(contents) + "\n")
     return python

@@ -17,7 +17,6 @@ import secrets
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import sandbox_service
 from sandbox_service import grading
 from sandbox_service.api.execute_routes import ERRORS
 from sandbox_service.api.validation import Problem, utf8_size
+from sandbox_service.api.verify import RunPayloads
 from sandbox_service.grade_reports import RunReport
 from sandbox_service.grading import CaseVerdict
 from sandbox_service.import_scan import zygote_for
@@ -47,9 +47,6 @@ from trainer_client.grade_wire import (
     StdioTests,
 )
 from trainer_client.wire import CompileResult
-
-RunPayloads = Callable[[list[JobPayload], str], Awaitable[list[ResultDict]]]
-
 
 PACKAGE_IN_JAIL = "rl_sandbox_inside"
 """The package name of jail/inside/ in the zygote (its __main__.py): a warm zygote preloads the

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -131,3 +132,16 @@ class Stack:
         stop(self.api)
         stop(self.workers)
         self.api = self.workers = None
+
+
+def api_with_tenants(env: dict[str, str], api_env: dict[str, str], log: Path) -> Iterator[Stack]:
+    """Workers on `env` and an API on `env` + `api_env` (its tenants file, keys): the tenants an
+    API publishes are the ones its queue's workers serve, so each such stack has its own.
+    A fixture's body: `yield from api_with_tenants(...)`."""
+    workers = spawn(["worker"], env, log)
+    api = Stack({**env, **api_env}, log, workers=False)
+    try:
+        yield api.start()
+    finally:
+        api.stop()
+        stop(workers)

@@ -15,7 +15,7 @@ from sandbox_service import keys
 from sandbox_service.broker.session_store import SessionStore
 from sandbox_service.local.redis_server import RedisServer
 from sandbox_service.settings import Settings
-from tests.service.stack import Stack, spawn, stack_env, stop
+from tests.service.stack import Stack, api_with_tenants, stack_env
 from tests.service.test_api import execute
 from tests.service.test_sessions import internal
 
@@ -201,14 +201,8 @@ def two_keys_api(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
         '[[tenant]]\nname = "bob"\nkey = "bob-key"\n'
     )
     env = stack_env(redis_server.url, "forks-tenants", 63800, workers=1)
-    log = logs_dir / "forks-tenants.log"
-    workers = spawn(["worker"], env, log)
-    api = Stack({**env, "RL_SANDBOX_TENANTS_FILE": str(tenants)}, log, workers=False)
-    try:
-        yield api.start()
-    finally:
-        api.stop()
-        stop(workers)
+    api_env = {"RL_SANDBOX_TENANTS_FILE": str(tenants)}
+    yield from api_with_tenants(env, api_env, logs_dir / "forks-tenants.log")
 
 
 async def test_another_key_can_neither_fork_nor_see_nor_end_a_session_or_its_forks(

@@ -15,7 +15,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.local.redis_server import RedisServer
-from tests.service.stack import Stack, spawn, stack_env, stop, wait_list_length
+from tests.service.stack import Stack, api_with_tenants, stack_env, wait_list_length
 
 TENANTS = """
 [[tenant]]
@@ -46,14 +46,8 @@ def capacity_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]
         max_sessions_per_worker=CAPACITY, max_session_recorded_bytes=SESSION_RECORDED,
         max_tenant_recorded_bytes=TENANT_RECORDED, operator_key="key-operator",
     )  # fmt: skip
-    log = logs_dir / "tenant-capacity.log"
-    workers = spawn(["worker"], env, log)
-    api = Stack({**env, "RL_SANDBOX_TENANTS_FILE": str(path)}, log, workers=False)
-    try:
-        yield api.start()
-    finally:
-        api.stop()
-        stop(workers)
+    api_env = {"RL_SANDBOX_TENANTS_FILE": str(path)}
+    yield from api_with_tenants(env, api_env, logs_dir / "tenant-capacity.log")
 
 
 @pytest.fixture

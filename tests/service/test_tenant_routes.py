@@ -24,18 +24,8 @@ import pytest
 
 from sandbox_service.local.redis_server import RedisServer
 from tests.service.stack import Stack, stack_env
+from tests.service.two_tenants import AMBER, BIRCH, TENANTS
 
-TENANTS = """
-[[tenant]]
-name = "amber"
-key = "key-amber-0123456789"
-
-[[tenant]]
-name = "birch"
-key = "key-birch-0123456789"
-"""
-AMBER = {"Authorization": "Bearer key-amber-0123456789"}
-BIRCH = {"Authorization": "Bearer key-birch-0123456789"}
 SECRET = "amber-output-7f3a"
 SLOW = f"import time; time.sleep(2.5); print({SECRET!r})"
 """Amber's call that is still running when birch names its group."""

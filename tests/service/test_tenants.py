@@ -14,7 +14,7 @@ import redis
 
 from sandbox_service import keys
 from sandbox_service.local.redis_server import RedisServer
-from tests.service.stack import Stack, spawn, stack_env, stop, wait_list_length
+from tests.service.stack import Stack, api_with_tenants, stack_env, wait_list_length
 
 TENANTS = """
 [[tenant]]
@@ -43,15 +43,8 @@ def tenants_stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
         redis_server.url, "tenants", 62800,
         max_queue_depth=8, retry_after_s=3, poll_interval_s=0.3,
     )  # fmt: skip
-    log = logs_dir / "tenants.log"
-    workers = spawn(["worker"], env, log)
     keys_env = {"RL_SANDBOX_TENANTS_FILE": str(path), "RL_SANDBOX_OPERATOR_KEY": "key-operator"}
-    api = Stack({**env, **keys_env}, log, workers=False)
-    try:
-        yield api.start()
-    finally:
-        api.stop()
-        stop(workers)
+    yield from api_with_tenants(env, keys_env, logs_dir / "tenants.log")
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import pytest
 from sandbox_service.local.redis_server import RedisServer
 from tests.prometheus_text import total
 from tests.service.stack import Stack, stack_env
+from tests.service.two_tenants import AMBER, BIRCH, TENANTS
 
 MIB = 1 << 20
 SEND_TIMEOUT_S = 6
@@ -35,19 +36,6 @@ WRITE_FILE = (
     f"open('big.bin', 'wb').write(bytes(range(256)) * {FILE_BYTES // 256})\nprint('written')"
 )
 EXPECTED = bytes(range(256)) * (FILE_BYTES // 256)
-
-
-TENANTS = """
-[[tenant]]
-name = "amber"
-key = "key-amber-0123456789"
-
-[[tenant]]
-name = "birch"
-key = "key-birch-0123456789"
-"""
-AMBER = {"Authorization": "Bearer key-amber-0123456789"}
-BIRCH = {"Authorization": "Bearer key-birch-0123456789"}
 
 
 @pytest.fixture(scope="module")

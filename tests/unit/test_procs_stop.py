@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from sandbox_service.local import procs
@@ -40,13 +39,11 @@ def _close(*processes: subprocess.Popen[bytes]) -> None:
 def test_a_late_process_dumps_its_stacks_then_is_killed(tmp_path: Path) -> None:
     deaf = _start(DEAF_TO_SIGTERM, tmp_path / "deaf.err")
     obedient = _start(OBEDIENT, tmp_path / "obedient.err")
-    started = time.monotonic()
     killed = procs.stop([deaf, obedient], grace_s=0.5, dump_signal=signal.SIGUSR2)
     _close(deaf, obedient)
     assert killed == {deaf.pid}
     assert deaf.returncode == -signal.SIGKILL
     assert obedient.returncode == -signal.SIGTERM
-    assert time.monotonic() - started < 0.5 + procs.DUMP_WAIT_S + 5
     dump = (tmp_path / "deaf.err").read_text()
     assert "stuck_in_shutdown" in dump, dump
     assert (tmp_path / "obedient.err").read_text() == ""
