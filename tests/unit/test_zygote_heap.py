@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from tests.huge_pages import needs_thp
 from tests.unit.fresh_interpreter import run_python
+
+INSIDE_DIR = Path(__file__).resolve().parents[2] / "sandbox_service" / "jail" / "inside"
 
 pytestmark = pytest.mark.skipif(
     sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 12),
@@ -103,6 +106,31 @@ def test_the_allocator_report_is_read() -> None:
         """
     )
     assert out == "True True"
+
+
+def test_the_lean_preload_maps_no_library_its_programs_did_not_ask_for() -> None:
+    # Every mapping of the zygote is copied by each fork and torn down by each exit (about 2 us
+    # a mapping per call): reading the allocator's report through tempfile loaded shutil's
+    # compressors (27 mappings) into the lean zygote. Loaded by path, as the
+    # jail loads it (the host's sandbox_service imports these modules for its own use).
+    out = run_python(
+        f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location(
+            "rl_sandbox_inside", "{INSIDE_DIR}/__init__.py", submodule_search_locations=["{INSIDE_DIR}"]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["rl_sandbox_inside"] = package
+        spec.loader.exec_module(package)
+        importlib.import_module("rl_sandbox_inside.pid1")
+        importlib.import_module("rl_sandbox_inside.heap").prepare_heap(lean=True)
+        loaded = {{"zlib", "_bz2", "_lzma", "shutil", "tempfile"}} & set(sys.modules)
+        with open("/proc/self/maps") as maps:
+            libraries = {{line.split()[-1].rsplit("/", 1)[-1].split(".so")[0] for line in maps}}
+        print(sorted(loaded), sorted({{"libbz2", "liblzma"}} & libraries))
+        """
+    )
+    assert out == "[] []", f"modules and libraries the lean preload loaded: {out}"
 
 
 HEAP_MAPPING = """
