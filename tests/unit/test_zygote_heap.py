@@ -117,7 +117,9 @@ def test_the_lean_preload_maps_no_library_its_programs_did_not_ask_for() -> None
         f"""
         import importlib.util, sys
         spec = importlib.util.spec_from_file_location(
-            "rl_sandbox_inside", "{INSIDE_DIR}/__init__.py", submodule_search_locations=["{INSIDE_DIR}"]
+            "rl_sandbox_inside",
+            "{INSIDE_DIR}/__init__.py",
+            submodule_search_locations=["{INSIDE_DIR}"],
         )
         package = importlib.util.module_from_spec(spec)
         sys.modules["rl_sandbox_inside"] = package
