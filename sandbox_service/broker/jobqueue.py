@@ -48,7 +48,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -922,8 +922,8 @@ class LeanWorker(SimpleWorker):
         outbox = Outbox()
         with CallAlarm() as alarm:
             for i, (payload, budget_s) in enumerate(chunk):
-                if i > 0 and queue_name:
-                    self._serve_one_ahead_of(queue_name)
+                if i > 0 and queue_name and self._serve_one_ahead_of(queue_name):
+                    alarm.reinstall()  # the job run ahead installed and removed its own
                 execution_id = item_id(job.id, i)
                 started = time.monotonic()
                 if i in markers:
@@ -939,24 +939,25 @@ class LeanWorker(SimpleWorker):
                     reasons = self._deliver(job if i == last else None, reply_to, outbox, behind)
                     markers.update((i + 1 + k, r) for k, r in enumerate(reasons) if r)
 
-    def _serve_one_ahead_of(self, queue_name: str) -> None:
-        """Run one job waiting in a queue ahead of `queue_name` in the fair order, if any."""
+    def _serve_one_ahead_of(self, queue_name: str) -> bool:
+        """Run one job waiting in a queue ahead of `queue_name` in the fair order, if any;
+        whether one ran."""
         if self._between_calls:
-            return
+            return False
         ahead: list[Queue] = []
         for name in self._fair.order():
             if name == queue_name:
                 break
             ahead.append(self._queue_by_name[name])
         if not ahead:
-            return
+            return False
         try:
             taken = self._take_script(keys=[queue.key for queue in ahead])
         except redis.RedisError:
             log.warning("could not look for calls waiting ahead of a chunk", exc_info=True)
-            return
+            return False
         if not taken:
-            return
+            return False
         index, job_id = taken
         queue = ahead[int(index) - 1]
         job = DequeuedJob.fetch(
@@ -969,13 +970,17 @@ class LeanWorker(SimpleWorker):
         finally:
             self._between_calls = False
             self._state = WorkerStatus.BUSY  # the chunk runs on
+        return True
 
     def _run_call(
         self, execution_id: str, payload: JobPayload, budget_s: float, alarm: CallAlarm
     ) -> ResultDict:
         try:
-            with alarm.armed(budget_s, execution_id):
+            alarm.arm(budget_s, execution_id)
+            try:
                 return self._handler.run(execution_id, payload)
+            finally:
+                alarm.disarm()
         except JobTimeoutException:
             return self._handler.abandon(execution_id, payload, "the job exceeded its time budget")
         except Exception as exc:  # a bug: answer this call, go on with the next
@@ -1038,32 +1043,34 @@ class LeanWorker(SimpleWorker):
 
 
 class CallAlarm:
-    """The time budget of a chunk's calls: SIGALRM's handler installed once for the chunk, the
-    timer armed per call (RQ's death penalty installs and removes the handler per job)."""
+    """The time budget of a chunk's calls: SIGALRM's handler installed once for the chunk (and
+    again after a job run between two calls, whose death penalty installs and removes its own),
+    the timer armed per call."""
 
     def __init__(self) -> None:
         self._call = ""
 
     def __enter__(self) -> CallAlarm:
-        signal.signal(signal.SIGALRM, self._expired)
+        self.reinstall()
         return self
 
     def __exit__(self, *exc: object) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
-    @contextlib.contextmanager
-    def armed(self, budget_s: float, call: str) -> Iterator[None]:
+    def reinstall(self) -> None:
+        """Make this alarm SIGALRM's handler."""
+        signal.signal(signal.SIGALRM, self._expired)
+
+    def arm(self, budget_s: float, call: str) -> None:
         """JobTimeoutException in this (the main) thread once `budget_s` has passed."""
         self._call = call
-        # Again at each call: a job run between two calls installs (and removes) its own.
-        signal.signal(signal.SIGALRM, self._expired)
         signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.001))
-        try:
-            yield
-        finally:
-            with contextlib.suppress(JobTimeoutException):  # it fired as the call returned
-                signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def disarm(self) -> None:
+        """Stop the timer (call it in a finally after arm)."""
+        with contextlib.suppress(JobTimeoutException):  # it fired as the call returned
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _expired(self, signum: int, frame: object) -> None:
         raise JobTimeoutException(f"call {self._call} exceeded its time budget")

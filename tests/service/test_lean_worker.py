@@ -7,6 +7,7 @@ was given and answers at once.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -178,3 +179,47 @@ def test_fair_share_charges_each_call_of_a_chunk(
     light_calls = [f"s{i}" for i in range(8)]
     assert ran == [name for pair in zip(heavy_calls, light_calls, strict=True) for name in pair]
     assert set(_notices(redis_client)) == set(ran)
+
+
+class Sleeper(Recorder):
+    """A Recorder whose calls named in `slow` sleep for `sleep_s` first."""
+
+    def __init__(self, connection: redis.Redis, slow: set[str], sleep_s: float) -> None:
+        super().__init__(connection)
+        self._slow, self._sleep_s = slow, sleep_s
+
+    def run(self, execution_id: str, payload: JobPayload) -> ResultDict:
+        if execution_id in self._slow:
+            time.sleep(self._sleep_s)
+        return super().run(execution_id, payload)
+
+
+def test_a_chunk_call_over_its_budget_is_abandoned_after_jobs_ran_between_its_calls(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # Each job run between a chunk's calls installs RQ's death penalty on SIGALRM and removes
+    # it (SIG_DFL); the chunk's next call must still end at its own budget, abandoned, and not
+    # with the process (SIGALRM's default action) or answered after the whole sleep.
+    heavy, light = (keys.tenant_queue(queue_name, t) for t in ("heavy", "light"))
+    jobs = JobQueue(redis_client, queue_name, result_ttl_s=RESULT_TTL_S)
+    payload = JobPayload(code="print(1)", request_id="r", reply_to=REPLY)
+    budgets = (30.0, 30.0, 0.3)
+    chunk = NewJob("c1", payload, sum(budgets), heavy, (payload,) * 3, budgets)
+    jobs.enqueue([chunk] + [NewJob(f"s{i}", payload, 30.0, light) for i in range(2)])
+    handler = Sleeper(redis_client, {"c1.2"}, sleep_s=5.0)
+    name = f"lean-worker-{uuid.uuid4().hex[:6]}"
+    worker = LeanWorker(
+        handler,
+        queue_name,
+        RESULT_TTL_S,
+        keys.worker_queue(queue_name, name),
+        {"heavy": 1.0, "light": 1.0},
+        connection=redis_client,
+        name=name,
+    )
+    worker.work(logging_level="WARNING", max_jobs=1, max_idle_time=5)
+    assert [run[0] for run in handler.runs] == ["c1.0", "s0", "c1.1", "s1"]
+    notices = _notices(redis_client)
+    assert notices["c1.2"]["status"] == Status.SANDBOX_ERROR.value, notices["c1.2"]
+    assert "time budget" in notices["c1.2"]["stderr"], notices["c1.2"]
+    assert all(notices[i]["status"] == Status.OK.value for i in ("c1.0", "s0", "c1.1", "s1"))

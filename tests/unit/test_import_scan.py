@@ -17,6 +17,8 @@ from sandbox_service.import_scan import MAX_SCANNED_CHARS, imported_modules, zyg
         "from . import sibling",
         "__import__('numpy')",  # unseen: right answer, slower start
         "",
+        "print(1",  # names no import: fails alike from either zygote
+        "x = 1\n" * (MAX_SCANNED_CHARS // 6 + 1),  # too long to scan, but names no import
     ],
 )
 def test_standard_library_programs_fork_from_the_lean_zygote(code: str) -> None:
@@ -33,9 +35,9 @@ def test_standard_library_programs_fork_from_the_lean_zygote(code: str) -> None:
         "def f():\n    import mpmath\n    return mpmath.pi",
         "try:\n    import scipy\nexcept ImportError:\n    pass",
         "import not_a_module_anywhere",
-        "print(1",  # does not parse: today's zygote, whatever it was meant to import
-        "%timeit 1",
-        "x = 1\x00",
+        "import math\nprint(1",  # does not parse: the math zygote, whatever it meant to import
+        "import math\n%timeit 1",
+        "import math\nx = 1\x00",
     ],
 )
 def test_any_other_import_or_unparsable_source_forks_from_the_math_zygote(code: str) -> None:
@@ -43,7 +45,7 @@ def test_any_other_import_or_unparsable_source_forks_from_the_math_zygote(code: 
 
 
 def test_a_program_too_long_to_scan_takes_the_math_zygote() -> None:
-    assert zygote_for("x = 1\n" * (MAX_SCANNED_CHARS // 6 + 1)) == "math"
+    assert zygote_for("import math\n" + "x = 1\n" * (MAX_SCANNED_CHARS // 6 + 1)) == "math"
 
 
 def test_the_scan_names_top_level_modules_only() -> None:
