@@ -7,9 +7,10 @@ was given and answers at once.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -223,3 +224,34 @@ def test_a_chunk_call_over_its_budget_is_abandoned_after_jobs_ran_between_its_ca
     assert notices["c1.2"]["status"] == Status.SANDBOX_ERROR.value, notices["c1.2"]
     assert "time budget" in notices["c1.2"]["stderr"], notices["c1.2"]
     assert all(notices[i]["status"] == Status.OK.value for i in ("c1.0", "s0", "c1.1", "s1"))
+
+
+def test_a_worker_unsubscribes_at_shutdown_without_waiting_on_its_pubsub_thread(
+    redis_client: redis.Redis, queue_name: str
+) -> None:
+    # RQ unsubscribes, then stops its pubsub thread with redis-py's stop(), which joins it: a
+    # thread that read the unsubscribe reply first waits for a new subscription for RQ's 60 s
+    # sleep time, past the supervisor's grace (the worker was then killed with its jails). Here
+    # the thread is made to read that reply first, then the worker shuts down.
+    worker = LeanWorker(
+        Recorder(redis_client), queue_name, RESULT_TTL_S, connection=redis_client, name="unsub"
+    )
+    worker.subscribe()
+    try:
+        assert worker.pubsub is not None and worker.pubsub_thread is not None
+        _wait_until(lambda: worker.pubsub.subscribed)
+        worker.pubsub.unsubscribe()
+        _wait_until(lambda: not worker.pubsub.subscribed)  # the thread handled the reply
+        teardown = threading.Thread(target=worker.unsubscribe, daemon=True)
+        teardown.start()
+        teardown.join(timeout=15)
+        assert not teardown.is_alive(), "unsubscribe waited on the pubsub thread's 60 s sleep"
+    finally:
+        worker.pubsub_thread._running.clear()  # type: ignore[union-attr]
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the pubsub thread never got there"
+        time.sleep(0.01)
