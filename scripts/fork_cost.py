@@ -6,7 +6,10 @@ process that holds, in turn, more private anonymous memory: on huge pages (one P
 folio, as the zygote's heap is after its first runs), and on 4 KiB pages (one entry and one
 folio per page, as arenas the kernel could not collapse), after first adding mappings, by
 importing the standard library's extension modules (about five per shared library, as most of the
-zygote's 300 are). Prints the parent's and the child's CPU per fork after each step.
+zygote's 300 are). Prints the parent's and the child's CPU per fork after each step, and what a
+child's first write to a page shared with its parent adds to its CPU: on a huge page, the split
+of the child's mapping into 512 entries (torn down again at its exit) and a 4 KiB copy; on a
+4 KiB page, the copy alone.
 
     .venv/bin/python scripts/fork_cost.py [--mib 32] [--forks 300]
 
@@ -55,17 +58,35 @@ def touched(mib: int, advice: int) -> tuple[mmap.mmap, int]:
     return region, -(-address // HUGE) * HUGE - address
 
 
-def per_fork(forks: int) -> str:
+def per_fork(forks: int, writes: tuple[mmap.mmap, range] | None = None) -> str:
+    """The parent's and each child's CPU per fork; with `writes`, each child first writes one
+    byte at each of those offsets of the mapping."""
+    return "parent {:.3f} ms, child {:.3f} ms".format(*fork_cpu_ms(forks, writes))
+
+
+def fork_cpu_ms(forks: int, writes: tuple[mmap.mmap, range] | None = None) -> tuple[float, float]:
     t0, c0 = time.thread_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     for _ in range(forks):
         pid = FORK()
         if pid == 0:
+            if writes is not None:
+                region, offsets = writes
+                for offset in offsets:
+                    region[offset] = 3
             LIBC._exit(0)
         os.waitpid(pid, 0)
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     child = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
     parent = time.thread_time() - t0
-    return f"parent {1000 * parent / forks:.3f} ms, child {1000 * child / forks:.3f} ms"
+    return 1000 * parent / forks, 1000 * child / forks
+
+
+def per_page_written(forks: int, region: mmap.mmap, offsets: range) -> str:
+    """What a child's first write to each of these pages adds to its CPU, per page."""
+    bare = fork_cpu_ms(forks)[1]
+    writing = fork_cpu_ms(forks, (region, offsets))[1]
+    each_us = 1000 * (writing - bare) / len(offsets)
+    return f"child {writing:.3f} ms, {each_us:.1f} us per page written"
 
 
 def anon_huge_mib() -> float:
@@ -92,6 +113,11 @@ def main() -> None:
     collapsed = sum(LIBC.madvise(address, HUGE, MADV_COLLAPSE) == 0 for address in ranges)
     print(f"+{mib} MiB on huge pages ({collapsed} collapsed, {anon_huge_mib():.0f} MiB huge):"
           f" {per_fork(args.forks)}")  # fmt: skip
+    # A child's first write to a huge page it shares splits its mapping into 512 entries (set
+    # up there, torn down at its exit) and copies 4 KiB.
+    each_huge_page = range(start, start + (mib << 20), HUGE)
+    print(f"  children writing a byte in each of its {len(each_huge_page)} huge pages:"
+          f" {per_page_written(args.forks, region, each_huge_page)}")  # fmt: skip
     # A write to a huge page the parent shares with a live child splits the parent's mapping.
     go_r, go_w = os.pipe()
     pid = FORK()
@@ -104,8 +130,11 @@ def main() -> None:
     os.waitpid(pid, 0)
     print(f"  the same, each huge page's mapping split ({anon_huge_mib():.0f} MiB huge):"
           f" {per_fork(args.forks)}")  # fmt: skip
-    touched(mib, MADV_NOHUGEPAGE)
+    small, _ = touched(mib, MADV_NOHUGEPAGE)
     print(f"+{mib} MiB on 4 KiB pages: {per_fork(args.forks)}")
+    pages = range(0, mib << 20, HUGE)
+    print(f"  children writing a byte in {len(pages)} of its 4 KiB pages, 2 MiB apart:"
+          f" {per_page_written(args.forks, small, pages)}")  # fmt: skip
 
 
 def mappings() -> int:
