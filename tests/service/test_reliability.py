@@ -207,7 +207,11 @@ def test_a_worker_hung_at_shutdown_is_killed_and_its_jails_removed(
         (worker,) = _children(supervisor)
         parent = env["RL_SANDBOX_CGROUP_PARENT"]
         assert _slot_cgroups(parent, worker), "the worker's slot cgroups are not where expected"
+        # Ready is said before RQ's loop catches SIGTERM: a stopped worker whose SIGTERM still
+        # had its default action would be killed by it at once, not hung.
+        _wait_until_caught(worker, signal.SIGTERM)
         os.kill(worker, signal.SIGSTOP)  # it can no longer drain, close its jails or exit
+        _wait_until_stopped(worker)
         stack.workers.send_signal(signal.SIGTERM)
         assert stack.workers.wait(timeout=30) == 0
         assert not Path(f"/proc/{worker}").exists(), "the hung worker outlived its supervisor"
@@ -216,6 +220,28 @@ def test_a_worker_hung_at_shutdown_is_killed_and_its_jails_removed(
         assert "workers killed after the grace period" in said, said[-2000:]
     finally:
         stack.stop()
+
+
+def _wait_until_caught(pid: int, signum: int, timeout_s: float = 60) -> None:
+    """Until process `pid` has a handler of its own for `signum` (SigCgt in its status)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(
+            next(line for line in status.splitlines() if line.startswith("SigCgt:"))[7:], 16
+        )
+        if caught >> (signum - 1) & 1:
+            return
+        assert time.monotonic() < deadline, f"process {pid} never caught signal {signum}"
+        time.sleep(0.01)
+
+
+def _wait_until_stopped(pid: int, timeout_s: float = 60) -> None:
+    """Until process `pid` is stopped (state T in its stat)."""
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, f"process {pid} never stopped"
+        time.sleep(0.01)
 
 
 def _children(pid: int) -> list[int]:
