@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -22,6 +22,7 @@ from sandbox_service.broker.jobqueue import DequeuedJob, JobQueue, LeanWorker, N
 from sandbox_service.execution import Status
 from sandbox_service.jobs import JobPayload, ResultDict, decode_notice, failure_result
 from tests.signal_handlers import changed_handlers, signal_handlers
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("in_process_worker_signals")
 
@@ -158,11 +159,26 @@ def test_fair_share_charges_each_call_of_a_chunk(
     # jobs, heavy's second chunk would run right after light's first call; charged by calls
     # and shared at the call, light's calls run between each chunk's calls, in turn.
     heavy, light = (keys.tenant_queue(queue_name, t) for t in ("heavy", "light"))
-    jobs = JobQueue(redis_client, queue_name, result_ttl_s=RESULT_TTL_S)
     payload = JobPayload(code="print(1)", request_id="r", reply_to=REPLY)
     chunks = [NewJob(f"c{c}", payload, 120.0, heavy, (payload,) * 4, (30.0,) * 4) for c in (1, 2)]
-    jobs.enqueue(chunks + [NewJob(f"s{i}", payload, 30.0, light) for i in range(8)])
+    singles = [NewJob(f"s{i}", payload, 30.0, light) for i in range(8)]
     handler = Recorder(redis_client)
+    # Jobs of its own loop: c1, s3, c2, s7 (the others ran between the chunks' calls).
+    _work_for_heavy_and_light(redis_client, queue_name, chunks + singles, handler, max_jobs=4)
+    ran = [run[0] for run in handler.runs]
+    heavy_calls = [f"c{c}.{i}" for c in (1, 2) for i in range(4)]
+    light_calls = [f"s{i}" for i in range(8)]
+    assert ran == [name for pair in zip(heavy_calls, light_calls, strict=True) for name in pair]
+    assert set(_notices(redis_client)) == set(ran)
+
+
+def _work_for_heavy_and_light(
+    redis_client: redis.Redis, queue_name: str, jobs: list[NewJob], handler: Recorder, max_jobs: int
+) -> None:
+    """Enqueue `jobs`, then run one worker that shares its calls between tenants heavy and light
+    at equal weights for `max_jobs` jobs of its own loop (jobs run between a chunk's calls do not
+    count)."""
+    JobQueue(redis_client, queue_name, result_ttl_s=RESULT_TTL_S).enqueue(jobs)
     name = f"lean-worker-{uuid.uuid4().hex[:6]}"
     worker = LeanWorker(
         handler,
@@ -173,13 +189,7 @@ def test_fair_share_charges_each_call_of_a_chunk(
         connection=redis_client,
         name=name,
     )
-    # Jobs of its own loop: c1, s3, c2, s7 (the others ran between the chunks' calls).
-    worker.work(logging_level="WARNING", max_jobs=4, max_idle_time=5)
-    ran = [run[0] for run in handler.runs]
-    heavy_calls = [f"c{c}.{i}" for c in (1, 2) for i in range(4)]
-    light_calls = [f"s{i}" for i in range(8)]
-    assert ran == [name for pair in zip(heavy_calls, light_calls, strict=True) for name in pair]
-    assert set(_notices(redis_client)) == set(ran)
+    worker.work(logging_level="WARNING", max_jobs=max_jobs, max_idle_time=5)
 
 
 class Sleeper(Recorder):
@@ -202,23 +212,12 @@ def test_a_chunk_call_over_its_budget_is_abandoned_after_jobs_ran_between_its_ca
     # it (SIG_DFL); the chunk's next call must still end at its own budget, abandoned, and not
     # with the process (SIGALRM's default action) or answered after the whole sleep.
     heavy, light = (keys.tenant_queue(queue_name, t) for t in ("heavy", "light"))
-    jobs = JobQueue(redis_client, queue_name, result_ttl_s=RESULT_TTL_S)
     payload = JobPayload(code="print(1)", request_id="r", reply_to=REPLY)
     budgets = (30.0, 30.0, 0.3)
     chunk = NewJob("c1", payload, sum(budgets), heavy, (payload,) * 3, budgets)
-    jobs.enqueue([chunk] + [NewJob(f"s{i}", payload, 30.0, light) for i in range(2)])
+    singles = [NewJob(f"s{i}", payload, 30.0, light) for i in range(2)]
     handler = Sleeper(redis_client, {"c1.2"}, sleep_s=5.0)
-    name = f"lean-worker-{uuid.uuid4().hex[:6]}"
-    worker = LeanWorker(
-        handler,
-        queue_name,
-        RESULT_TTL_S,
-        keys.worker_queue(queue_name, name),
-        {"heavy": 1.0, "light": 1.0},
-        connection=redis_client,
-        name=name,
-    )
-    worker.work(logging_level="WARNING", max_jobs=1, max_idle_time=5)
+    _work_for_heavy_and_light(redis_client, queue_name, [chunk, *singles], handler, max_jobs=1)
     assert [run[0] for run in handler.runs] == ["c1.0", "s0", "c1.1", "s1"]
     notices = _notices(redis_client)
     assert notices["c1.2"]["status"] == Status.SANDBOX_ERROR.value, notices["c1.2"]
@@ -234,24 +233,23 @@ def test_a_worker_unsubscribes_at_shutdown_without_waiting_on_its_pubsub_thread(
     # sleep time, past the supervisor's grace (the worker was then killed with its jails). Here
     # the thread is made to read that reply first, then the worker shuts down.
     worker = LeanWorker(
-        Recorder(redis_client), queue_name, RESULT_TTL_S, connection=redis_client, name="unsub"
+        Recorder(redis_client),
+        queue_name,
+        RESULT_TTL_S,
+        connection=redis_client,
+        name=f"unsub-{uuid.uuid4().hex[:6]}",
     )
     worker.subscribe()
     try:
         assert worker.pubsub is not None and worker.pubsub_thread is not None
-        _wait_until(lambda: worker.pubsub.subscribed)
-        worker.pubsub.unsubscribe()
-        _wait_until(lambda: not worker.pubsub.subscribed)  # the thread handled the reply
+        pubsub = worker.pubsub
+        wait_until(lambda: pubsub.subscribed, "the pubsub thread subscribed", timeout_s=10)
+        pubsub.unsubscribe()
+        # The thread handled the reply, and waits for a new subscription.
+        wait_until(lambda: not pubsub.subscribed, "the thread read the reply", timeout_s=10)
         teardown = threading.Thread(target=worker.unsubscribe, daemon=True)
         teardown.start()
         teardown.join(timeout=15)
         assert not teardown.is_alive(), "unsubscribe waited on the pubsub thread's 60 s sleep"
     finally:
         worker.pubsub_thread._running.clear()  # type: ignore[union-attr]
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "the pubsub thread never got there"
-        time.sleep(0.01)

@@ -21,6 +21,7 @@ from sandbox_service.jail.cgroups import CGROUP_ROOT, is_v2
 from sandbox_service.jobs import decode_notice
 from sandbox_service.local.redis_server import RedisServer, start_redis_server
 from tests.service.stack import Stack, stack_env, stop
+from tests.waiting import wait_until
 
 FAST_DETECTION = {"poll_interval_s": 0.3, "worker_heartbeat_s": 0.3, "worker_dead_after_s": 1.5}
 SLOW_PRINT = "import time\ntime.sleep(2)\nprint('done')"
@@ -209,9 +210,9 @@ def test_a_worker_hung_at_shutdown_is_killed_and_its_jails_removed(
         assert _slot_cgroups(parent, worker), "the worker's slot cgroups are not where expected"
         # Ready is said before RQ's loop catches SIGTERM: a stopped worker whose SIGTERM still
         # had its default action would be killed by it at once, not hung.
-        _wait_until_caught(worker, signal.SIGTERM)
+        wait_until(lambda: _catches(worker, signal.SIGTERM), "the worker caught SIGTERM")
         os.kill(worker, signal.SIGSTOP)  # it can no longer drain, close its jails or exit
-        _wait_until_stopped(worker)
+        wait_until(lambda: _stopped(worker), "the worker stopped")
         stack.workers.send_signal(signal.SIGTERM)
         assert stack.workers.wait(timeout=30) == 0
         assert not Path(f"/proc/{worker}").exists(), "the hung worker outlived its supervisor"
@@ -222,26 +223,16 @@ def test_a_worker_hung_at_shutdown_is_killed_and_its_jails_removed(
         stack.stop()
 
 
-def _wait_until_caught(pid: int, signum: int, timeout_s: float = 60) -> None:
-    """Until process `pid` has a handler of its own for `signum` (SigCgt in its status)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = Path(f"/proc/{pid}/status").read_text()
-        caught = int(
-            next(line for line in status.splitlines() if line.startswith("SigCgt:"))[7:], 16
-        )
-        if caught >> (signum - 1) & 1:
-            return
-        assert time.monotonic() < deadline, f"process {pid} never caught signal {signum}"
-        time.sleep(0.01)
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler of its own for `signum` (SigCgt in its status)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
 
 
-def _wait_until_stopped(pid: int, timeout_s: float = 60) -> None:
-    """Until process `pid` is stopped (state T in its stat)."""
-    deadline = time.monotonic() + timeout_s
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
-        assert time.monotonic() < deadline, f"process {pid} never stopped"
-        time.sleep(0.01)
+def _stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (state T in its stat)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def _children(pid: int) -> list[int]:

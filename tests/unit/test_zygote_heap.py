@@ -109,7 +109,7 @@ def test_the_allocator_report_is_read() -> None:
 
 
 def test_the_lean_preload_maps_no_library_its_programs_did_not_ask_for() -> None:
-    # Every mapping of the zygote is copied by each fork and torn down by each exit (about 2 us
+    # Every mapping of the zygote is copied by each fork and torn down by each exit (about 1.5 us
     # a mapping per call): reading the allocator's report through tempfile loaded shutil's
     # compressors (27 mappings) into the lean zygote. Loaded by path, as the
     # jail loads it (the host's sandbox_service imports these modules for its own use).

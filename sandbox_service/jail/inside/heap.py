@@ -382,7 +382,7 @@ def _allocator_report() -> str | None:
 
     Caught in a memfd, not a temporary file: tempfile imports shutil, which loads the zlib, bz2
     and lzma modules and two system libraries, 27 mappings of the lean zygote that every fork
-    copies and every exit tears down (about 2 us each per call), for programs that never asked
+    copies and every exit tears down (about 1.5 us each per call), for programs that never asked
     for them.
     """
     report = getattr(sys, "_debugmallocstats", None)
