@@ -17,9 +17,13 @@ with fresh interpreters of the plain venv (the bench's fair baseline) at the cor
 --rounds rounds; every answer is checked. Prints, per round and as medians: calls/s, CPU ms per
 call by component (as `rl-sandbox bench` counts it) and the throughput ratio against the
 baseline of the same round. If even `fork` stays under 3x the baseline, no fork-per-call jail
-behind this API and queue reaches 3x on this machine at this hour.
+behind this API and queue reaches 3x on this machine at this hour. With --batch N the calls
+travel N to a request (/execute/batch, chunked to the workers as the product chunks them): the
+ceiling of batched calls, whose CPU per call `fork-bare` bounds from below for any jail that
+forks once per call.
 
     .venv/bin/python scripts/design_ceiling.py [--rounds 3] [--round-s 5] [--concurrency 4]
+        [--batch 1]
 
 Diagnostic only; run it on a quiet machine (it measures).
 """
@@ -149,7 +153,7 @@ async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[st
     fair = baselines()[0]
     cores = os.cpu_count() or 1
     for mode in MODES:
-        warm = Point("service", "print", args.concurrency)
+        warm = Point("service", "print", args.concurrency, args.batch)
         await service_point(warm, "127.0.0.1", ports[mode], workload, 2.0, 10**6, 10.0)
         if warm.failed:
             raise SystemExit(f"{mode}: the warm-up failed: {warm.first_failure}")
@@ -161,12 +165,12 @@ async def rounds(args: argparse.Namespace, ports: dict[str, int], roots: dict[st
         for mode in MODES if r % 2 == 0 else tuple(reversed(MODES)):
             sampler = StackSampler.of_stack(roots[mode])
             sampler.refresh()
-            point = Point("service", "print", args.concurrency)
+            point = Point("service", "print", args.concurrency, args.batch)
             sampler.start()
             await service_point(
                 point, "127.0.0.1", ports[mode], workload, args.round_s, 10**6, 10.0
             )
-            cpu, _ = await sampler.stop(len(point.latencies_s))
+            cpu, _ = await sampler.stop(len(point.latencies_s) * args.batch)
             row = point.row()
             if row["failed"]:
                 raise SystemExit(f"{mode}: {row['failed']} failed: {row['first_failure']}")
@@ -207,6 +211,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--round-s", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=1, help="calls per request")
     args = parser.parse_args()
     from sandbox_service.bench.command import private_stack
     from sandbox_service.local.procs import free_port, wait_ready
