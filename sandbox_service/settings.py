@@ -160,15 +160,21 @@ class Settings(BaseSettings):
     failed. The preload takes 2-4 s here (12 s at load 12 on 2 cores); emulated hosts (the
     cgroup v2 test guest) need minutes."""
     preload: Literal["math", "full"] = "math"
-    """Warm mode: what the zygote imports before serving. `math`: numpy, sympy, mpmath, pandas
-    (the math and data tool calls' libraries; a program importing scipy or matplotlib pays
-    that import, about 0.4 s, in its run). `full`: scipy and matplotlib's pyplot too: those
-    programs save the import, every other call pays for a larger heap (docs/performance.md)."""
+    """Warm mode: what the zygotes import before serving. `math`: numpy, sympy, mpmath, and
+    pandas in the data zygote (the math and data tool calls' libraries; a program importing
+    scipy or matplotlib pays that import, about 0.4 s, in its run). `full`: scipy, and
+    matplotlib's pyplot in the data zygote: those programs save the import, every other call
+    pays for a larger heap (docs/performance.md)."""
     lean_zygote: bool = True
-    """Warm mode: each slot keeps a second, lean zygote (the standard library's common modules
-    alone) for programs that import only the standard library (a static scan of their source),
-    whose fork and exit then skip the math zygote's heap; about 22 MiB more per slot
-    (docs/performance.md)."""
+    """Warm mode: each slot keeps a lean zygote (the standard library's common modules alone)
+    beside the data one, for programs that import only the standard library (a static scan of
+    their source), whose fork and exit then skip the data zygote's heap; about 22 MiB more per
+    slot (docs/performance.md)."""
+    math_zygote: bool = True
+    """Warm mode, with `lean_zygote`: each slot keeps a third zygote, the math one (numpy, sympy,
+    mpmath, no pandas), for programs that import only those and the standard library, whose
+    fork and exit then skip pandas' mappings; false: they fork from the data zygote
+    (docs/performance.md gives both costs)."""
     zygote_max_runs: int = Field(10_000, ge=1)
     """A warm zygote is recycled after this many executions (and after any anomaly). A jail's
     start (nsjail, the preload, its exercise) costs 1.2-1.4 s of CPU here: at 1,000 runs that

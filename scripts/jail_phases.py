@@ -7,7 +7,7 @@ shared with the zygote, so nothing of the product changes), runs one warm slot o
 the CPU per call of each phase, of the zygote, of its programs (reaped children) and of the
 executor's side. The child's exit teardown is its kernel rusage less its last mark.
 
-    .venv/bin/python scripts/jail_phases.py [--calls 300] [--code 'print(1)'] [--zygote-dir D] [--lean]
+    .venv/bin/python scripts/jail_phases.py [--calls 300] [--code 'print(1)'] [--zygote-dir D] [--zygote lean|math|data]
 
 --zygote-dir instruments another copy of the inside/ directory (to compare two commits in one run).
 Needs root, like the workers; run it under the test lock on a shared machine.
@@ -203,6 +203,8 @@ def cpu_of(pid: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    from sandbox_service.jail.inside.heap import ZYGOTES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--gap-ms", type=float, default=0, help="idle time before each call")
@@ -212,7 +214,10 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/rl-sandbox-jail-phases")
     parser.add_argument("--floor", type=int, default=0, help="measure N bare forks first")
     parser.add_argument(
-        "--lean", action="store_true", help="the slot's lean zygote (jail/zygotes.py)"
+        "--zygote",
+        choices=ZYGOTES,
+        default="data",
+        help="which of a slot's zygotes (jail/zygotes.py)",
     )
     args = parser.parse_args()
     from sandbox_service.execution import ExecutionSpec, Limits
@@ -224,7 +229,7 @@ def main() -> None:
     executor.INSIDE_SOURCE = str(instrument(src, work, args.floor))  # what make_layout mounts
     os.chmod(args.work, 0o755)
     settings = Settings(cgroup_parent="rl-sandbox-phases", idle_warm_up=args.warm_up)
-    ex = JailExecutor(settings, slot=40, mode="warm", lean=args.lean)
+    ex = JailExecutor(settings, slot=40, mode="warm", zygote=args.zygote)
     try:
         spec = ExecutionSpec(code=args.code, limits=Limits(timeout_s=10))
         for _ in range(20):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory footprint for sizing: Redis bytes per queued execution and per kept result, and the
 memory of one worker slot at rest (worker process + its jails: nsjail, zygote, standby child;
-the lean and the math zygote apart).
+the lean, the math and the data zygote apart).
 
 Redis: a private redis-server; N `print(i)` jobs admitted through the API's own admission script,
 then N results of `print(i)` stored as workers store them; INFO used_memory before and after.
@@ -94,14 +94,22 @@ def slot_footprint(workers: int) -> dict[str, Any]:
 
 
 def _jail_footprint(nsjail: psutil.Process) -> dict[str, Any]:
-    """One jail's processes (nsjail, its zygote, the standby): the math zygote (preloaded) or
-    the lean one (jail/zygotes.py)."""
+    """One jail's processes (nsjail, its zygote, the standby) and which of the slot's zygotes
+    it is (jail/zygotes.py)."""
     tree = [nsjail, *nsjail.children(recursive=True)]
     return {
-        "zygote": "lean" if any("--preload-lean" in p.cmdline() for p in tree) else "math",
+        "zygote": _zygote_of(tree),
         "pss_mib": round(sum(p.memory_full_info().pss for p in tree) / 2**20, 1),
         "rss_mib": round(sum(p.memory_info().rss for p in tree) / 2**20, 1),
     }
+
+
+def _zygote_of(tree: list[psutil.Process]) -> str:
+    for process in tree:
+        argv: list[str] = process.cmdline()
+        if "--preload-zygote" in argv[:-1]:
+            return argv[argv.index("--preload-zygote") + 1]
+    return "data"
 
 
 def main() -> int:

@@ -6,8 +6,8 @@ this once per tree, alternating, from each tree's root:
 
     PYTHONPATH=. /path/to/.venv/bin/python scripts/warm_slot_cost.py [--slot 5]
 
-With --lean, the slot's lean zygote and `print(1)` alone. Prints one JSON line: for `print(1)`
-and a sympy `solve`, the p50 of back-to-back calls, the
+With --zygote lean, the slot's lean zygote and `print(1)` alone (math, data: both workloads).
+Prints one JSON line: for `print(1)` and a sympy `solve`, the p50 of back-to-back calls, the
 jail's CPU per call (nsjail's tree, the zygote and the programs it reaped, from /proc) and the
 caller's. Needs root, like the workers.
 """
@@ -23,6 +23,7 @@ import psutil
 
 from sandbox_service.execution import ExecutionSpec, Limits, Status
 from sandbox_service.jail import JailExecutor
+from sandbox_service.jail.inside.heap import ZYGOTES
 from sandbox_service.settings import Settings
 
 WORKLOADS = (
@@ -51,15 +52,18 @@ def main() -> None:
     parser.add_argument("--slot", type=int, default=5)
     parser.add_argument("--warm-up", type=int, default=20)
     parser.add_argument(
-        "--lean", action="store_true", help="the slot's lean zygote (jail/zygotes.py), print only"
+        "--zygote",
+        choices=ZYGOTES,
+        default="data",
+        help="which of a slot's zygotes (jail/zygotes.py); lean: print only",
     )
     parser.add_argument("--cgroup-parent", default="rl-sandbox-ab")
     args = parser.parse_args()
     settings = Settings(cgroup_parent=args.cgroup_parent, idle_warm_up="never")
-    executor = JailExecutor(settings, slot=args.slot, mode="warm", lean=args.lean)
+    executor = JailExecutor(settings, slot=args.slot, mode="warm", zygote=args.zygote)
     numbers = {}
     try:
-        for name, code, calls in WORKLOADS[:1] if args.lean else WORKLOADS:
+        for name, code, calls in WORKLOADS[:1] if args.zygote == "lean" else WORKLOADS:
             spec = ExecutionSpec(code=code, limits=Limits(timeout_s=10))
             for _ in range(args.warm_up):
                 executor.run(spec)

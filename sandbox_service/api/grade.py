@@ -31,7 +31,7 @@ from sandbox_service.api.validation import Problem, utf8_size
 from sandbox_service.api.verify import RunPayloads
 from sandbox_service.grade_reports import RunReport
 from sandbox_service.grading import CaseVerdict
-from sandbox_service.import_scan import zygote_for
+from sandbox_service.import_scan import Zygote, zygote_for
 from sandbox_service.jobs import JobPayload, ResultDict
 from sandbox_service.logs import request_id_var
 from sandbox_service.settings import Settings
@@ -80,10 +80,13 @@ def program(name: str, marshalled: bool = True) -> str:
     )
 
 
-MATH_ZYGOTE_HINT = "if False:\n    import numpy\n"
+ZYGOTE_HINTS: dict[Zygote, str] = {
+    "math": "if False:\n    import numpy\n",
+    "data": "if False:\n    import pandas\n",
+}
 """Put before a grading program whose candidate imports beyond the standard library: the worker
 picks a run's zygote from the program's imports (import_scan.py), and the candidate travels as
-the program's data, so the harness names one import of the math zygote's for it."""
+the program's data, so the harness names one import of the candidate's zygote for it."""
 
 
 def _program(name: str, settings: Settings) -> str:
@@ -230,8 +233,8 @@ def _payload(
 ) -> JobPayload:
     request = g.request
     tenant = tenant_var.get()
-    if language == "python" and code is not request.code and zygote_for(request.code) == "math":
-        code = MATH_ZYGOTE_HINT + code
+    if language == "python" and code is not request.code:
+        code = ZYGOTE_HINTS.get(zygote_for(request.code), "") + code
     return JobPayload(
         code=code,
         stdin=stdin,

@@ -20,6 +20,7 @@ from typing import Any
 
 from sandbox_service.cancel import Cancel
 from sandbox_service.execution import ExecutionResult, ExecutionSpec, ProgramError, Status
+from sandbox_service.import_scan import Zygote
 from sandbox_service.jail import cgroups as cg
 from sandbox_service.jail import matplotlib_cache
 from sandbox_service.jail.inside import protocol
@@ -226,19 +227,21 @@ class JailExecutor:
         slot: int,
         mode: ExecutorMode | None = None,
         start_ahead: bool = True,
-        lean: bool = False,
+        zygote: Zygote = "data",
     ) -> None:
         self.mode: ExecutorMode = mode or settings.executor_mode
         self._start_ahead = start_ahead
         """Start the next cold jail after each run (False for a single run: nothing follows)."""
         self._settings = settings
         self._layout = make_layout(settings, slot, self.mode)
-        variant = ""
-        if lean:  # the slot's lean zygote (jail/zygotes.py): the standard library, no exercise
+        # Which of the slot's zygotes (jail/zygotes.py): the lean one preloads the standard
+        # library alone and has nothing to exercise while idle.
+        self._layout = dataclasses.replace(self._layout, preload_zygote=zygote)
+        if zygote == "lean":
             self._layout = dataclasses.replace(
-                self._layout, preload_lean=True, preload_full=False, idle_warm_up="never"
+                self._layout, preload_full=False, idle_warm_up="never"
             )
-            variant = "lean"
+        variant = "" if zygote == "data" else zygote
         cg.remove_stale(settings.cgroup_parent, wait_s=0.0)  # the supervisor waits at its stop
         self._cgroups = [
             cg.SlotCgroups(settings.cgroup_parent, f"slot{slot}{variant}{tag}-{os.getpid()}")

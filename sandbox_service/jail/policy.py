@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from nsjail import Exe, IdMap, MountPt, NsJailConfig
 from nsjail.enums import Mode, RLimitType
 
+from sandbox_service.import_scan import Zygote
 from sandbox_service.jail.inside.protocol import MEMBERS_DIR_IN_JAIL
 
 JAILED_UID = 1000
@@ -253,9 +254,12 @@ class JailLayout:
     """Descriptor of the host's /proc/loadavg, passed through for the idle warm-up's check
     (the jail's own /proc shows its processes only); -1: none."""
     preload_full: bool = False
-    preload_lean: bool = False
-    """With preload: the standard library's common modules alone (the slot's lean zygote)."""
-    """With preload: scipy and matplotlib's pyplot too (the `preload` setting `full`)."""
+    """With preload: scipy too, and matplotlib's pyplot in the data zygote (the `preload`
+    setting `full`)."""
+    preload_zygote: Zygote = "data"
+    """With preload: which of a slot's zygotes (jail/zygotes.py) this jail is, so what it
+    preloads: the standard library's common modules (lean), and the math stack (math), and
+    pandas (data, also the zygote of a slot that keeps one)."""
     matplotlib_cache: str | None = None
     """Host directory of matplotlib's font list (None: programs that plot scan fonts)."""
     run_cgroup_fds: tuple[int, ...] = ()
@@ -419,8 +423,7 @@ def build_config(layout: JailLayout) -> NsJailConfig:
         args.append("--preload")
         if layout.preload_full:
             args.append("--preload-full")
-        if layout.preload_lean:
-            args.append("--preload-lean")
+        args += ["--preload-zygote", layout.preload_zygote]
     if layout.matplotlib_cache:
         args += ["--matplotlib-cache", MATPLOTLIB_CACHE_IN_JAIL]
     if layout.once:

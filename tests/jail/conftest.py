@@ -18,11 +18,15 @@ TEST_LIMITS = Limits(timeout_s=5.0, memory_mb=512, max_processes=32, max_output_
 
 @pytest.fixture(scope="module", params=["warm", "lean", "cold"])
 def executor(request: pytest.FixtureRequest) -> Iterator[JailExecutor]:
-    """warm: the math zygote; lean: a slot's lean zygote (jail/zygotes.py), which runs every
-    program that imports only the standard library; cold: a jail per run."""
+    """warm: the data zygote (the one a slot with one zygote keeps); lean: a slot's lean zygote
+    (jail/zygotes.py), which runs every program that imports only the standard library; cold: a
+    jail per run. The math zygote differs from the data one only in its preload
+    (tests/jail/test_zygote_choice.py)."""
     settings = Settings(cgroup_parent=JAIL_CGROUP_PARENT, max_open_files=64)
-    lean = request.param == "lean"
-    ex = JailExecutor(settings, slot=7, mode="warm" if lean else request.param, lean=lean)
+    if request.param == "lean":
+        ex = JailExecutor(settings, slot=7, mode="warm", zygote="lean")
+    else:
+        ex = JailExecutor(settings, slot=7, mode=request.param)
     yield ex
     ex.close()
 

@@ -34,18 +34,33 @@ def test_standard_library_programs_fork_from_the_lean_zygote(code: str) -> None:
         "from numpy.linalg import solve",
         "def f():\n    import mpmath\n    return mpmath.pi",
         "try:\n    import scipy\nexcept ImportError:\n    pass",
+        "from scipy.optimize import brentq\nimport itertools, fractions",
+    ],
+)
+def test_programs_of_the_math_stack_fork_from_the_math_zygote(code: str) -> None:
+    assert zygote_for(code) == "math"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import pandas as pd",
+        "import numpy, sympy\nimport pandas",
+        "def f():\n    from pandas import DataFrame",
+        "import matplotlib.pyplot as plt",
         "import not_a_module_anywhere",
-        "import math\nprint(1",  # does not parse: the math zygote, whatever it meant to import
+        "import sympy\nimport not_a_module_anywhere",
+        "import math\nprint(1",  # does not parse: the data zygote, whatever it meant to import
         "import math\n%timeit 1",
         "import math\nx = 1\x00",
     ],
 )
-def test_any_other_import_or_unparsable_source_forks_from_the_math_zygote(code: str) -> None:
-    assert zygote_for(code) == "math"
+def test_any_other_import_or_unparsable_source_forks_from_the_data_zygote(code: str) -> None:
+    assert zygote_for(code) == "data"
 
 
-def test_a_program_too_long_to_scan_takes_the_math_zygote() -> None:
-    assert zygote_for("import math\n" + "x = 1\n" * (MAX_SCANNED_CHARS // 6 + 1)) == "math"
+def test_a_program_too_long_to_scan_takes_the_data_zygote() -> None:
+    assert zygote_for("import math\n" + "x = 1\n" * (MAX_SCANNED_CHARS // 6 + 1)) == "data"
 
 
 def test_the_scan_names_top_level_modules_only() -> None:

@@ -125,7 +125,7 @@ def test_the_lean_preload_maps_no_library_its_programs_did_not_ask_for() -> None
         sys.modules["rl_sandbox_inside"] = package
         spec.loader.exec_module(package)
         importlib.import_module("rl_sandbox_inside.pid1")
-        importlib.import_module("rl_sandbox_inside.heap").prepare_heap(lean=True)
+        importlib.import_module("rl_sandbox_inside.heap").prepare_heap(zygote="lean")
         loaded = {{"zlib", "_bz2", "_lzma", "shutil", "tempfile"}} & set(sys.modules)
         with open("/proc/self/maps") as maps:
             libraries = {{line.split()[-1].rsplit("/", 1)[-1].split(".so")[0] for line in maps}}

@@ -11,7 +11,7 @@ import itertools
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .libc import _libc
 from .outputs import preload_matplotlib
@@ -29,12 +29,29 @@ STDLIB_PRELOAD = (
 )
 
 
-MATH_PRELOAD = ("numpy", "sympy", "mpmath", "pandas")
-"""What the math and data tool calls (most calls) import; `exercise` warms them. pandas: the
-data stack E2B's code interpreter ships (its cost per call and per slot: docs/performance.md)."""
+MATH_PRELOAD = ("numpy", "sympy", "mpmath")
+"""What the math tool calls (most calls) import; `exercise` warms them. The math and the data
+zygote preload them (import_scan.py picks between them per program)."""
+DATA_PRELOAD = ("pandas",)
+"""The data stack E2B's code interpreter ships, the data zygote's alone: pandas brings about 350
+mappings of its own, which every fork and exit of the math zygote would pay (about 0.5 ms a
+call, docs/performance.md)."""
 FULL_PRELOAD = ("scipy.optimize", "scipy.integrate", "scipy.linalg", "scipy.special")
 """scipy's modules a math tool call uses, preloaded only with --preload-full: they double the
 zygote's heap, and every call pays for a larger heap in its fork and exit."""
+
+Zygote = Literal["lean", "math", "data"]
+"""What a zygote preloads (import_scan.py names the same three): the standard library's common
+modules; and the math stack; and the data stack."""
+ZYGOTES: tuple[Zygote, ...] = ("lean", "math", "data")
+
+
+def zygote_named(name: str) -> Zygote:
+    """The zygote `--preload-zygote` names."""
+    for zygote in ZYGOTES:
+        if zygote == name:
+            return zygote
+    raise SystemExit(f"--preload-zygote: no zygote {name!r} (one of {', '.join(ZYGOTES)})")
 
 
 GRADING_PRELOAD = ("grade_candidate", "grade_evaluator")
@@ -42,19 +59,21 @@ GRADING_PRELOAD = ("grade_candidate", "grade_evaluator")
 loading its own (about 5 ms of a run's allocations in the fork)."""
 
 
-def preload(full: bool = False, lean: bool = False) -> None:
+def preload(full: bool = False, zygote: Zygote = "data") -> None:
     """Import and exercise the libraries tool calls use, so forked children skip first-use costs
-    (lean: the standard library's and the grading programs alone, for the slot's lean zygote)."""
+    (lean: the standard library's and the grading programs alone; full: scipy's common modules
+    too, and matplotlib's pyplot in the data zygote)."""
     for name in STDLIB_PRELOAD:
         importlib.import_module(name)
     for name in GRADING_PRELOAD:
         importlib.import_module(f"{__package__}.{name}")
-    if lean:
+    if zygote == "lean":
         return
-    for name in MATH_PRELOAD + (FULL_PRELOAD if full else ()):
+    stack = MATH_PRELOAD + (DATA_PRELOAD if zygote == "data" else ())
+    for name in stack + (FULL_PRELOAD if full else ()):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    if full:
+    if full and zygote == "data":
         preload_matplotlib()
     exercise()
 
@@ -486,7 +505,7 @@ def prepare_heap(
     immortal: bool = True,
     fill: bool = True,
     huge_code: bool = True,
-    lean: bool = False,
+    zygote: Zygote = "data",
 ) -> int:
     """Preload, and shape the heap for forking: arenas in one mapping (contiguous_arenas),
     objects immortal, frozen, the allocator's gaps taken, huge pages for the heap and the
@@ -496,7 +515,7 @@ def prepare_heap(
 
     changed = 0
     with contiguous_arenas() if contiguous else contextlib.nullcontext(False):
-        preload(full, lean)
+        preload(full, zygote)
         gc.collect()
         if immortal:
             changed = immortalize_heap()

@@ -14,7 +14,7 @@ import time
 
 from . import protocol
 from .child import install_seed_hooks, make_children_std_streams
-from .heap import interpreter_code_on_huge_pages, prepare_heap
+from .heap import Zygote, interpreter_code_on_huge_pages, prepare_heap, zygote_named
 from .libc import PR_SET_DUMPABLE, _libc
 from .netns import note_baseline
 from .outputs import install_matplotlib_hooks
@@ -74,8 +74,11 @@ def main() -> None:
     # Cold mode forks once, which the copy of the interpreter's code (4 ms) would not repay.
     once = "--once" in sys.argv
     if "--preload" in sys.argv:
+        zygote: Zygote = "data"
+        if "--preload-zygote" in sys.argv:
+            zygote = zygote_named(sys.argv[sys.argv.index("--preload-zygote") + 1])
         immortal = prepare_heap(
-            full="--preload-full" in sys.argv, huge_code=not once, lean="--preload-lean" in sys.argv
+            full="--preload-full" in sys.argv, huge_code=not once, zygote=zygote
         )
     else:
         gc.collect()
