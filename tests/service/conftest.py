@@ -48,7 +48,7 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 @pytest.fixture(scope="session")
 def stack(redis_server: RedisServer, logs_dir: Path) -> Iterator[Stack]:
     """The shared stack: two workers and an API with small limits."""
-    env = stack_env(redis_server.url, "main", 62500, **DEFAULT_LIMITS)
+    env = stack_env(redis_server.url, "main", 62500, **DEFAULT_LIMITS, math_zygote=True)
     running = Stack(env, logs_dir / "main.log").start()
     yield running
     running.stop()

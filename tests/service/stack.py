@@ -35,6 +35,9 @@ def stack_env(redis_url: str, name: str, uid_base: int, **settings: object) -> d
         "workers": "2",
         "log_level": "INFO",
         "shutdown_grace_s": "10",
+        # Two zygotes a slot (lean and data): a stack starts sooner. The shared stack keeps the
+        # default three (tests/service/conftest.py), so the math zygote is tested end to end.
+        "math_zygote": "false",
     }
     return service_env({**defaults, **{key: str(value) for key, value in settings.items()}})
 
