@@ -27,6 +27,7 @@ from collections.abc import Callable
 from sandbox_service.bench.baseline import Baseline, baselines
 from sandbox_service.execution import ExecutionSpec, Limits, Status
 from sandbox_service.jail import JailExecutor
+from sandbox_service.jail.zygotes import SlotExecutor, slot_executor
 from sandbox_service.settings import Settings
 
 WORKLOADS = {
@@ -150,8 +151,8 @@ def baseline_call(baseline: Baseline, code: str) -> Callable[[], str]:
     return call
 
 
-def jail_call(executors: dict[int, JailExecutor], code: str) -> Callable[[], str]:
-    idle: queue.SimpleQueue[JailExecutor] = queue.SimpleQueue()
+def jail_call(executors: dict[int, SlotExecutor], code: str) -> Callable[[], str]:
+    idle: queue.SimpleQueue[SlotExecutor] = queue.SimpleQueue()
     for ex in executors.values():
         idle.put(ex)
 
@@ -256,7 +257,8 @@ def main() -> None:
     settings = Settings(cgroup_parent="rl-sandbox-bench")
     fair = baselines()
     names = list(WORKLOADS)
-    warm = {i: JailExecutor(settings, slot=20 + i, mode="warm") for i in range(2)}
+    # A worker's slots: each with its zygotes chosen per program (jail/zygotes.py).
+    warm = {i: slot_executor(settings, 20 + i) for i in range(2)}
     try:
 
         def warm_call(code: str) -> Callable[[], str]:
@@ -264,7 +266,9 @@ def main() -> None:
 
         rows = measure_mode("warm", warm_call, names, args)
         if not args.no_cold:
-            cold = {i: JailExecutor(settings, slot=22 + i, mode="cold") for i in range(2)}
+            cold: dict[int, SlotExecutor] = {
+                i: JailExecutor(settings, slot=22 + i, mode="cold") for i in range(2)
+            }
             try:
                 rows += measure_mode("cold", lambda code: jail_call(cold, code), names, args)
             finally:
