@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
+from sandbox_service import import_scan
 from sandbox_service.import_scan import MAX_SCANNED_CHARS, imported_modules, zygote_for
+from sandbox_service.jail.inside import heap
 
 
 @pytest.mark.parametrize(
@@ -67,3 +71,18 @@ def test_the_scan_names_top_level_modules_only() -> None:
     code = "import a.b.c\nfrom d.e import f\nfrom .g import h\nimport i as j"
     assert imported_modules(code) == {"a", "d", "i"}
     assert imported_modules("def (") is None
+
+
+def test_the_scan_and_the_jails_preloads_name_the_same_zygotes() -> None:
+    # inside/ is loaded in the jail on its own, so it spells the names again.
+    assert get_args(import_scan.Zygote) == get_args(heap.Zygote)
+    assert set(heap.ZYGOTES) == set(get_args(heap.Zygote))
+
+
+def test_the_math_zygote_preloads_what_the_scan_sends_it_and_nothing_of_the_data_ones() -> None:
+    math = {name.split(".")[0] for name in heap.MATH_PRELOAD + heap.FULL_PRELOAD}
+    assert math <= import_scan.MATH_MODULES
+    data = {name.split(".")[0] for name in heap.DATA_PRELOAD}
+    assert not data & import_scan.MATH_MODULES
+    assert import_scan.zygote_for("import " + ", ".join(sorted(math))) == "math"
+    assert import_scan.zygote_for("import " + ", ".join(sorted(data))) == "data"
