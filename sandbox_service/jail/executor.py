@@ -236,11 +236,12 @@ class JailExecutor:
         self._layout = make_layout(settings, slot, self.mode)
         # Which of the slot's zygotes (jail/zygotes.py): the lean one preloads the standard
         # library alone and has nothing to exercise while idle.
-        self._layout = dataclasses.replace(self._layout, preload_zygote=zygote)
         if zygote == "lean":
             self._layout = dataclasses.replace(
-                self._layout, preload_full=False, idle_warm_up="never"
+                self._layout, preload_zygote=zygote, preload_full=False, idle_warm_up="never"
             )
+        else:
+            self._layout = dataclasses.replace(self._layout, preload_zygote=zygote)
         variant = "" if zygote == "data" else zygote
         cg.remove_stale(settings.cgroup_parent, wait_s=0.0)  # the supervisor waits at its stop
         self._cgroups = [
